@@ -1,0 +1,105 @@
+# Rate-limit lab: developer and CI entry points.
+#
+#   make setup   make test   make run   make lab   make bench   make lint   make lock   make clean
+#
+# Everything runs inside .venv, created on demand. Extra arguments:
+#   make test PYTEST_ARGS="-k sliding -x"     make bench BENCH_ARGS="..."     make lab LAB_ARGS="--port 8899"
+
+PYTHON     ?= python3
+# Resolved now, before .venv/bin is put first on PATH below.
+BASE_PYTHON := $(shell command -v $(PYTHON))
+UV_VERSION ?= 0.13.9
+VENV       := .venv
+VPY        := $(VENV)/bin/python
+UV         := $(VENV)/bin/uv
+STAMP      := $(VENV)/.installed
+LOCK       := requirements.lock
+REPORT_DIR := build/report
+
+# Chapters are notebooks/<digits>...ipynb; make sorts them by name, so zero-pad the numbers.
+NOTEBOOKS  := $(sort $(wildcard notebooks/[0-9]*.ipynb))
+# nbval re-runs every committed notebook, numbered or not.
+TEST_NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
+# Spread notebooks over two kernels (one file per worker) only when there are enough of them.
+XDIST_ARGS := $(if $(word 4,$(TEST_NOTEBOOKS)),-n 2 --dist loadfile)
+# jupyter refuses to run as root without --allow-root.
+ROOT_ARGS  := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+PYTEST_ARGS ?=
+BENCH_ARGS  ?=
+LAB_ARGS    ?=
+
+# Recipes see the venv's tools (jupyter, ruff, the kernel's python) before the system's.
+export VIRTUAL_ENV := $(CURDIR)/$(VENV)
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# uv would otherwise warn that it cannot hard-link from its cache on another filesystem.
+export UV_LINK_MODE ?= copy
+
+.DEFAULT_GOAL := help
+.PHONY: help setup lock test run lab bench lint clean
+
+# help: list the targets.
+help:
+	@echo "make setup   create .venv and install the locked dependencies (no-op when up to date)"
+	@echo "make test    run tests/ and the notebooks (nbval strict); PYTEST_ARGS=... is passed on"
+	@echo "make run     execute notebooks/[0-9]*.ipynb in place and build $(REPORT_DIR)/"
+	@echo "make lab     start JupyterLab on notebooks/"
+	@echo "make bench   run python -m ratelimit.bench; BENCH_ARGS=... is passed on"
+	@echo "make lint    ruff check ratelimit tests tools"
+	@echo "make lock    regenerate $(LOCK) from pyproject.toml (all extras, Python 3.11)"
+	@echo "make clean   remove .venv, build/ and caches"
+
+# setup: the venv with every locked dependency plus this project (editable); re-runs only when the lock or pyproject.toml change.
+setup: $(STAMP)
+
+# The venv itself with a pinned uv in it (pip is only used to bring in uv).
+$(UV):
+	$(if $(BASE_PYTHON),,$(error $(PYTHON) not found; set PYTHON=...))
+	$(BASE_PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet "uv==$(UV_VERSION)"
+
+$(STAMP): $(LOCK) pyproject.toml | $(UV)
+	$(UV) pip sync --python $(VPY) --compile-bytecode $(LOCK)
+	$(UV) pip install --python $(VPY) --compile-bytecode --no-deps -e .
+	@touch $@
+
+# Only when the lock is missing altogether; an existing lock is never regenerated behind your back.
+$(LOCK): | $(UV)
+	$(UV) pip compile pyproject.toml --all-extras --python-version 3.11 -o $(LOCK) >/dev/null
+
+# lock: regenerate requirements.lock (then `make setup` installs it).
+lock: | $(UV)
+	$(UV) pip compile pyproject.toml --all-extras --python-version 3.11 -o $(LOCK) >/dev/null
+
+# test: pytest over tests/ plus the notebooks under nbval strict; "no tests collected" (exit 5) counts as success.
+test: setup
+	$(VPY) -m pytest -p no:cacheprovider tests \
+	  $(if $(TEST_NOTEBOOKS),--nbval --nbval-current-env $(XDIST_ARGS) $(TEST_NOTEBOOKS)) \
+	  $(PYTEST_ARGS); \
+	rc=$$?; if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 0; fi; exit $$rc
+
+# run: execute every chapter in order, in place, then build the HTML report with an index.
+run: setup
+	@mkdir -p notebooks $(REPORT_DIR)
+ifneq ($(NOTEBOOKS),)
+	jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $(NOTEBOOKS)
+endif
+	$(VPY) tools/report.py --out $(REPORT_DIR) $(NOTEBOOKS)
+
+# lab: JupyterLab on notebooks/, bound to loopback; jupyter prints the URL with its token.
+lab: setup
+	@mkdir -p notebooks
+	jupyter lab --ServerApp.root_dir=notebooks --ip 127.0.0.1 --no-browser $(ROOT_ARGS) $(LAB_ARGS)
+
+# bench: the library's benchmark module.
+bench: setup
+	$(VPY) -m ratelimit.bench $(BENCH_ARGS)
+
+# lint: ruff over the library, the tests and the tools.
+lint: setup
+	ruff check ratelimit tests tools
+
+# clean: remove the venv, the report and every cache.
+clean:
+	rm -rf $(VENV) build .pytest_cache .hypothesis .ruff_cache *.egg-info
+	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +

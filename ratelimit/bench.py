@@ -1,0 +1,135 @@
+"""`make bench`: how fast a check is, as ratios against floors measured in the same run.
+
+Cases run in interleaved rounds (A B C ... A B C ...), so drift on a noisy machine
+hits every case alike; each figure is the median over rounds, and each ratio is
+taken against the PING of the same round. Uses REDIS_URL, else 127.0.0.1:6379 when
+it answers, else the embedded fakeredis (and says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import redis
+import redis.asyncio
+
+from . import (
+    FixedWindowLimiter,
+    SlidingWindowCounterLimiter,
+    SlidingWindowLimiter,
+    TokenBucketLimiter,
+    connect,
+)
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+Case = Callable[[int], Awaitable[None]]
+
+
+def pick_url() -> str | None:
+    url = os.environ.get("REDIS_URL")
+    if url:
+        return url
+    try:
+        redis.Redis.from_url(DEFAULT_URL, socket_connect_timeout=0.5).ping()
+        return DEFAULT_URL
+    except redis.exceptions.RedisError:
+        return None
+
+
+def make_cases(client: redis.asyncio.Redis, prefix: str) -> dict[str, Case]:
+    noop = client.register_script("return 1")
+
+    async def ping(i: int) -> None:
+        await client.ping()
+
+    async def evalsha_return_1(i: int) -> None:
+        await noop()
+
+    cases: dict[str, Case] = {"PING": ping, "EVALSHA return 1": evalsha_return_1}
+    for cls in (
+        SlidingWindowLimiter,
+        FixedWindowLimiter,
+        SlidingWindowCounterLimiter,
+        TokenBucketLimiter,
+    ):
+        # A large limit keeps every check on the admit path, the one that writes.
+        limiter = cls(client, 1, 1_000_000, prefix=f"{prefix}:{cls.__name__}")
+
+        async def hot(i: int, limiter=limiter) -> None:
+            await limiter.check("hot")
+
+        async def spread(i: int, limiter=limiter) -> None:
+            await limiter.check(f"client-{i % 10_000}")
+
+        cases[f"{cls.__name__} hot key"] = hot
+        cases[f"{cls.__name__} 10k keys"] = spread
+    return cases
+
+
+async def measure(case: Case, n: int) -> float:
+    start = time.perf_counter()
+    for i in range(n):
+        await case(i)
+    return n / (time.perf_counter() - start)
+
+
+async def run(rounds: int, n: int, url: str | None) -> dict:
+    client = connect(url)
+    prefix = f"bench:{os.getpid()}"
+    cases = make_cases(client, prefix)
+    for case in cases.values():  # warm up: load scripts, open connections
+        await measure(case, 50)
+    per_round: list[dict[str, float]] = []
+    for _ in range(rounds):
+        per_round.append({name: await measure(case, n) for name, case in cases.items()})
+    if url is not None:
+        keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        for i in range(0, len(keys), 1000):
+            await client.delete(*keys[i : i + 1000])
+    await client.aclose()
+    results = {}
+    for name in cases:
+        ops = [r[name] for r in per_round]
+        ratios = [r[name] / r["PING"] for r in per_round]
+        results[name] = {"ops_per_s": statistics.median(ops), "x_ping": statistics.median(ratios)}
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        ),
+        "backend": "embedded fakeredis" if url is None else "real Redis",
+        "rounds": rounds,
+        "checks_per_case_per_round": n,
+        "results": results,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("-n", type=int, default=2000, help="calls per case per round")
+    parser.add_argument("--out", type=Path, default=Path("build/bench/results.json"))
+    args = parser.parse_args()
+    url = pick_url()
+    report = asyncio.run(run(args.rounds, args.n, url))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{report['backend']}, {report['machine']}, {report['date']}")
+    print(f"median of {args.rounds} interleaved rounds, {args.n} sequential async calls each")
+    print(f"{'case':40} {'calls/s':>10} {'x PING':>8}")
+    for name, r in report["results"].items():
+        print(f"{name:40} {r['ops_per_s']:>10,.0f} {r['x_ping']:>8.2f}")
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

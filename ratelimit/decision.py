@@ -1,0 +1,39 @@
+"""The answer every limiter gives: one immutable `Decision` per check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def _ceil_seconds(ms: int) -> int:
+    return -(-ms // 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Outcome of one rate-limit check.
+
+    `retry_after` is whole seconds rounded up, so a client that honours it is never
+    told to come back before it would be admitted; it is at least 1 when rejected
+    and 0 when allowed. `degraded` marks a decision made by the failure policy
+    because Redis could not be asked.
+    """
+
+    allowed: bool
+    limit: int
+    remaining: int
+    retry_after_ms: int
+    reset_after_ms: int
+    degraded: bool = False
+
+    @property
+    def retry_after(self) -> int:
+        """Seconds to wait before the same request would be admitted (0 if allowed)."""
+        if self.allowed:
+            return 0
+        return max(1, _ceil_seconds(self.retry_after_ms))
+
+    @property
+    def reset_after(self) -> int:
+        """Seconds, rounded up, until the full budget is available again."""
+        return _ceil_seconds(self.reset_after_ms)

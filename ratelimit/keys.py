@@ -1,0 +1,74 @@
+"""Redis keys for identities: bounded, collision-free, and not readable by default.
+
+An identity (an API key, a client address) can be any text or bytes of any length.
+The key holds a 128-bit BLAKE2b digest of it inside a hash tag, so
+
+- its length is fixed whatever the identity (a 10 kB identity gives a short key);
+- two identities never share a key (collisions are cryptographically unlikely);
+- the Redis Cluster slot is computed from the digest alone, so braces in the
+  identity cannot steer which shard it lands on;
+- a raw API key is not stored readable in Redis. With `secret`, the digest is
+  keyed, so even a guessable identity cannot be recovered from its key.
+
+`readable=True` adds a short, escaped excerpt of the identity for people reading
+the keyspace; the digest still makes the key unique.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+
+READABLE_CHARS = 24
+_UNSAFE = re.compile(r"[^A-Za-z0-9._@-]")
+
+
+def identity_bytes(identity: str | bytes) -> bytes:
+    """The identity as bytes; ValueError for anything that is not non-empty text or bytes."""
+    if isinstance(identity, str):
+        data = identity.encode("utf-8", "surrogatepass")
+    elif isinstance(identity, bytes | bytearray | memoryview):
+        data = bytes(identity)
+    else:
+        raise ValueError(f"identity must be str or bytes, got {type(identity).__name__}")
+    if not data:
+        raise ValueError("identity must not be empty")
+    return data
+
+
+def validate_secret(secret: object) -> bytes | None:
+    """A digest key: None, or 1 to 64 bytes (BLAKE2b's key size)."""
+    if secret is None:
+        return None
+    if not isinstance(secret, bytes) or not 1 <= len(secret) <= 64:
+        raise ValueError("key_secret must be None or 1 to 64 bytes")
+    return secret
+
+
+def digest(identity: str | bytes, secret: bytes | None = None) -> str:
+    """URL-safe base64 of the identity's 128-bit BLAKE2b digest (22 characters)."""
+    raw = hashlib.blake2b(identity_bytes(identity), digest_size=16, key=secret or b"").digest()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def readable_excerpt(identity: str | bytes) -> str:
+    """A short excerpt of the identity with every unusual character escaped."""
+    text = identity_bytes(identity)[: READABLE_CHARS * 4].decode("utf-8", "replace")
+    escaped = _UNSAFE.sub(lambda m: "%" + "%".join(f"{b:02X}" for b in m[0].encode()), text)
+    return escaped[:READABLE_CHARS]
+
+
+def make_key(
+    prefix: str,
+    algorithm: str,
+    identity: str | bytes,
+    *,
+    secret: bytes | None = None,
+    readable: bool = False,
+) -> str:
+    """`<prefix>:<algorithm>:{<digest>}`, or with `readable` `...:<excerpt>:{<digest>}`."""
+    tag = "{" + digest(identity, secret) + "}"
+    if readable:
+        return f"{prefix}:{algorithm}:{readable_excerpt(identity)}:{tag}"
+    return f"{prefix}:{algorithm}:{tag}"

@@ -1,0 +1,72 @@
+"""The four limiters for an asyncio Redis client (`redis.asyncio.Redis`).
+
+    limiter = SlidingWindowLimiter(redis, 1, 10)      # 10 per rolling second
+    decision = await limiter.check("api-key-123")     # cost=1
+    if not decision.allowed: ... decision.retry_after ...
+
+Each check is one Lua script call (`ratelimit/lua/`), atomic in Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis.exceptions
+
+from . import algorithms
+from ._core import UNAVAILABLE, GcraOptions, LimiterBase
+from .decision import Decision
+
+
+class AsyncLimiter(LimiterBase):
+    """Shared `check` for the asyncio limiters."""
+
+    async def check(self, identity: str | bytes, cost: int = 1) -> Decision:
+        """Admit or reject one request of `cost` units for `identity`.
+
+        Bad arguments raise ValueError. When Redis cannot answer within `timeout`,
+        the failure policy decides: raise `RateLimiterUnavailable`, or return a
+        `Decision` with `degraded=True` (allowed under "allow", rejected under "deny").
+        """
+        keys, args = self._prepare(identity, cost)
+        try:
+            async with asyncio.timeout(self.timeout):
+                reply = await self._run(keys, args)
+        except UNAVAILABLE as exc:
+            return self._unavailable(exc)
+        return self._decision(reply)
+
+    async def _run(self, keys: list[str], args: list[Any]) -> list[int]:
+        # register_script's object reloads the script itself after NOSCRIPT.
+        try:
+            return await self._script(keys=keys, args=args)
+        except redis.exceptions.ConnectionError:
+            # A pooled connection closed by a server restart fails on first use; the
+            # second attempt opens a fresh one. Had the first attempt reached Redis,
+            # the request is counted twice: stricter, never over-admitting.
+            return await self._script(keys=keys, args=args)
+
+
+class SlidingWindowLimiter(AsyncLimiter):
+    """Sliding-window log: exact; one sorted-set member per admitted unit of cost."""
+
+    algorithm = algorithms.SLIDING_LOG
+
+
+class FixedWindowLimiter(AsyncLimiter):
+    """Fixed window: one counter per aligned window; up to 2x the limit at a boundary."""
+
+    algorithm = algorithms.FIXED_WINDOW
+
+
+class SlidingWindowCounterLimiter(AsyncLimiter):
+    """Sliding-window counter: the previous window weighted by overlap; O(1), approximate."""
+
+    algorithm = algorithms.SLIDING_WINDOW_COUNTER
+
+
+class TokenBucketLimiter(GcraOptions, AsyncLimiter):
+    """Token bucket as GCRA: `limit` per window sustained, `burst` at once (default limit)."""
+
+    algorithm = algorithms.GCRA

@@ -1,0 +1,69 @@
+"""Checks on limiter parameters: bad input gets a ValueError naming the parameter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_WINDOW_MS = 366 * 24 * 3600 * 1000  # a year: longer windows are a configuration slip
+MAX_LIMIT = 10**9
+MAX_PREFIX_LENGTH = 100
+
+
+def positive_int(name: str, value: Any, maximum: int) -> int:
+    """Return `value` if it is an int in [1, maximum], else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    if value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def window_ms(window_seconds: Any, window_ms: Any) -> int:
+    """Resolve the window from exactly one of `window_seconds` and `window_ms`."""
+    if (window_seconds is None) == (window_ms is None):
+        raise ValueError("give exactly one of window_seconds and window_ms")
+    if window_ms is not None:
+        return positive_int("window_ms", window_ms, MAX_WINDOW_MS)
+    return positive_int("window_seconds", window_seconds, MAX_WINDOW_MS // 1000) * 1000
+
+
+def limit(value: Any) -> int:
+    if value is None:
+        raise ValueError("limit is required")
+    return positive_int("limit", value, MAX_LIMIT)
+
+
+def cost(value: Any, limit: int) -> int:
+    """A request's cost: an integer from 1 to the limit (a larger one could never pass)."""
+    value = positive_int("cost", value, MAX_LIMIT)
+    if value > limit:
+        raise ValueError(f"cost must be <= limit ({limit}), got {value}")
+    return value
+
+
+def prefix(value: Any) -> str:
+    """Key prefix: short text without braces, which would steer Redis Cluster slots."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"prefix must be a non-empty string, got {value!r}")
+    if len(value) > MAX_PREFIX_LENGTH:
+        raise ValueError(f"prefix must be at most {MAX_PREFIX_LENGTH} characters")
+    if "{" in value or "}" in value:
+        raise ValueError(f"prefix must not contain braces (Redis Cluster hash tags): {value!r}")
+    return value
+
+
+def on_error(value: Any) -> str:
+    if value not in ("raise", "allow", "deny"):
+        raise ValueError(f'on_error must be "raise", "allow" or "deny", got {value!r}')
+    return value
+
+
+def timeout(value: Any) -> float:
+    """Seconds a check may wait for Redis: a finite positive number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"timeout must be a number of seconds, got {value!r}")
+    if not 0 < value <= 3600:
+        raise ValueError(f"timeout must be > 0 and <= 3600 seconds, got {value}")
+    return float(value)

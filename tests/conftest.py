@@ -1,0 +1,111 @@
+"""Backends for the tests: the embedded fakeredis, a real Redis, a private server.
+
+A real Redis is found at REDIS_URL or 127.0.0.1:6379. Without one, the tests that
+need it skip and say why; with CI=true they fail instead, since CI must prove the
+limiter on a real server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import fakeredis
+import pytest
+import redis
+import redis.asyncio
+
+from ratelimit.clock import ManualClock
+from tests.redis_server import RedisServer
+
+REAL_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _missing(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: a real Redis is required, not optional)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def real_redis_url() -> str:
+    """URL of a reachable real Redis; skips (fails in CI) when there is none."""
+    client = redis.Redis.from_url(REAL_URL, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.exceptions.RedisError as exc:
+        _missing(f"no real Redis at {REAL_URL} ({exc}); set REDIS_URL or start redis-server")
+    finally:
+        client.close()
+    return REAL_URL
+
+
+@pytest.fixture
+def prefix(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A key prefix of this test's own; its keys are deleted from the real Redis after."""
+    value = f"test:{uuid.uuid4().hex[:12]}"
+    yield value
+    if "real_redis_url" in request.fixturenames or _uses_real(request):
+        client = redis.Redis.from_url(REAL_URL, socket_timeout=2)
+        try:
+            keys = list(client.scan_iter(match=f"{value}:*", count=1000))
+            if keys:
+                client.delete(*keys)
+        except redis.exceptions.RedisError:
+            pass
+        finally:
+            client.close()
+
+
+def _uses_real(request: pytest.FixtureRequest) -> bool:
+    return getattr(request.node, "callspec", None) is not None and (
+        request.node.callspec.params.get("backend") == "real"
+    )
+
+
+@pytest.fixture(params=["embedded", "real"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Runs a test once on fakeredis and once on a real Redis."""
+    if request.param == "real":
+        request.getfixturevalue("real_redis_url")
+    return request.param
+
+
+@pytest.fixture
+async def client(backend: str) -> AsyncIterator[redis.asyncio.Redis]:
+    """An asyncio client on the backend under test."""
+    if backend == "embedded":
+        c = fakeredis.FakeAsyncRedis()
+    else:
+        c = redis.asyncio.Redis.from_url(REAL_URL, socket_timeout=5)
+    yield c
+    await c.aclose()
+
+
+@pytest.fixture
+def sync_client(backend: str) -> Iterator[redis.Redis]:
+    """A synchronous client on the backend under test."""
+    c = fakeredis.FakeRedis() if backend == "embedded" else redis.Redis.from_url(REAL_URL)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """Virtual time, starting at a whole second (window boundaries line up)."""
+    return ManualClock(1_000_000.0)
+
+
+@pytest.fixture
+def private_redis(tmp_path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own on a free loopback port, stopped afterwards."""
+    if not RedisServer.available():
+        _missing("redis-server is not installed; the private-server tests need it")
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
