@@ -6,7 +6,11 @@ from functools import cache
 from importlib import resources
 
 
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
 @cache
 def source(name: str) -> str:
-    """Text of `ratelimit/lua/<name>.lua`."""
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+    """The script `ratelimit/lua/<name>.lua`, behind the shared `prelude.lua`."""
+    return _read("prelude") + "\n" + _read(name)

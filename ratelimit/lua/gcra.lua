@@ -1,24 +1,10 @@
 -- Token bucket as GCRA (generic cell rate algorithm): one stored number per identity,
 -- the theoretical arrival time (TAT) at which the bucket would be full again.
---
--- KEYS[1]  the identity's string: TAT in ms (a float, stored exactly)
--- ARGV[1]  now in ms, or "" to read the server's clock (TIME)
--- ARGV[2]  window in ms
--- ARGV[3]  limit (sustained units of cost per window)
--- ARGV[4]  cost of this request
--- ARGV[5]  burst (units of cost that may arrive at once)
--- returns  {allowed (1/0), remaining, retry_after_ms, reset_after_ms, now_ms}
+-- key: a string, the TAT in ms (a float, stored exactly).
+-- key, now, window, limit and cost come from prelude.lua; ARGV[5] is the burst
+-- (units of cost that may arrive at once).
 
-local key = KEYS[1]
-local window = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
 local burst = tonumber(ARGV[5])
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 local interval = window / limit -- ms between two units at the sustained rate
 local tolerance = interval * burst

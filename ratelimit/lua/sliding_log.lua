@@ -3,23 +3,7 @@
 -- One sorted set per identity; each admitted unit of cost is one member whose score
 -- is the request time in ms. Redis runs the whole script without interleaving other
 -- clients, so trim, count and add are one indivisible step.
---
--- KEYS[1]  the identity's sorted set
--- ARGV[1]  now in ms, or "" to read the server's clock (TIME)
--- ARGV[2]  window in ms
--- ARGV[3]  limit (units of cost per window)
--- ARGV[4]  cost of this request
--- returns  {allowed (1/0), remaining, retry_after_ms, reset_after_ms, now_ms}
-
-local key = KEYS[1]
-local window = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- key, now, window, limit and cost come from prelude.lua.
 
 -- An entry stamped at s is in the window while s > now - window.
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
@@ -28,7 +12,8 @@ local count = redis.call('ZCARD', key)
 if count + cost > limit then
   -- Rejected: nothing is written. The request fits once the (count + cost - limit)
   -- oldest entries have left the window.
-  local blocking = redis.call('ZRANGE', key, count + cost - limit - 1, count + cost - limit - 1, 'WITHSCORES')
+  local last_to_leave = count + cost - limit - 1 -- 0-based rank, oldest first
+  local blocking = redis.call('ZRANGE', key, last_to_leave, last_to_leave, 'WITHSCORES')
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   local remaining = limit - count
   if remaining < 0 then remaining = 0 end

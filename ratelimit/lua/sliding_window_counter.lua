@@ -1,23 +1,8 @@
 -- Sliding-window counter: two fixed-window counts, the previous one weighted by the
 -- share of it that still overlaps the sliding window. O(1) memory, approximate.
---
--- KEYS[1]  the identity's hash: w = current window number, c = its count,
---          p = the previous window's count (one key, so Redis Cluster safe)
--- ARGV[1]  now in ms, or "" to read the server's clock (TIME)
--- ARGV[2]  window in ms
--- ARGV[3]  limit (units of cost per window)
--- ARGV[4]  cost of this request
--- returns  {allowed (1/0), remaining, retry_after_ms, reset_after_ms, now_ms}
-
-local key = KEYS[1]
-local window = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- key: a hash, w = current window number, c = its count, p = the previous window's
+-- count (one key rather than two, so Redis Cluster never sees a cross-slot script).
+-- key, now, window, limit and cost come from prelude.lua.
 
 local stored = redis.call('HMGET', key, 'w', 'c', 'p')
 local w = tonumber(stored[1])
