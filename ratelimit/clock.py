@@ -56,3 +56,11 @@ class ManualClock:
 
     def set(self, seconds: float) -> None:
         self.now = float(seconds)
+
+    def set_ms(self, ms: int) -> None:
+        """Set the time so that `to_ms` reads back exactly `ms`.
+
+        (ms / 1000 * 1000 can land a hair below ms and floor to ms - 1; the middle
+        of the millisecond is safe from that rounding.)
+        """
+        self.now = (ms + 0.5) / 1000

@@ -15,8 +15,9 @@ from typing import Any
 import redis.exceptions
 
 from . import algorithms
-from ._core import UNAVAILABLE, GcraOptions, LimiterBase
+from ._core import UNAVAILABLE, LimiterBase
 from .decision import Decision
+from .policy import GcraPolicy
 
 
 class AsyncLimiter(LimiterBase):
@@ -33,19 +34,31 @@ class AsyncLimiter(LimiterBase):
         try:
             async with asyncio.timeout(self.timeout):
                 reply = await self._run(keys, args)
+        except TimeoutError as exc:
+            return self._unavailable(exc, f"no answer from Redis within {self.timeout} s")
         except UNAVAILABLE as exc:
             return self._unavailable(exc)
         return self._decision(reply)
 
     async def _run(self, keys: list[str], args: list[Any]) -> list[int]:
-        # register_script's object reloads the script itself after NOSCRIPT.
         try:
-            return await self._script(keys=keys, args=args)
+            return await self._call(keys, args)
         except redis.exceptions.ConnectionError:
             # A pooled connection closed by a server restart fails on first use; the
             # second attempt opens a fresh one. Had the first attempt reached Redis,
             # the request is counted twice: stricter, never over-admitting.
+            return await self._call(keys, args)
+
+    async def _call(self, keys: list[str], args: list[Any]) -> list[int]:
+        try:
+            # register_script's object reloads the script once after NOSCRIPT...
             return await self._script(keys=keys, args=args)
+        except redis.exceptions.NoScriptError:
+            # ...but a second flush can land between its reload and its retry. EVAL
+            # carries the script itself, so it cannot meet NOSCRIPT.
+            return await self._script.registered_client.eval(
+                self._script.script, len(keys), *keys, *args
+            )
 
 
 class SlidingWindowLimiter(AsyncLimiter):
@@ -66,7 +79,7 @@ class SlidingWindowCounterLimiter(AsyncLimiter):
     algorithm = algorithms.SLIDING_WINDOW_COUNTER
 
 
-class TokenBucketLimiter(GcraOptions, AsyncLimiter):
+class TokenBucketLimiter(GcraPolicy, AsyncLimiter):
     """Token bucket as GCRA: `limit` per window sustained, `burst` at once (default limit)."""
 
     algorithm = algorithms.GCRA

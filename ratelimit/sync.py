@@ -7,14 +7,18 @@ limiter.check("api-key-123")
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis.exceptions
 
 from . import algorithms
-from ._core import UNAVAILABLE, GcraOptions, LimiterBase
+from ._core import UNAVAILABLE, LimiterBase
 from .backends import bounded_client, connect_sync
 from .decision import Decision
+from .policy import GcraPolicy
+
+RETRY_WITHIN = 0.1  # share of the timeout within which a failed attempt is retried
 
 __all__ = [
     "FixedWindowLimiter",
@@ -42,11 +46,26 @@ class SyncLimiter(LimiterBase):
         return self._decision(reply)
 
     def _run(self, keys: list[str], args: list[Any]) -> list[int]:
+        started = time.monotonic()
+        try:
+            return self._call(keys, args)
+        except redis.exceptions.ConnectionError:
+            # As in the async limiter: one retry on a fresh connection. A blocking call
+            # cannot be cut short, and the retry gets a full socket timeout of its own,
+            # so retry only a connection that failed at once (closed by a restart);
+            # that keeps a whole check within about 1.1 x timeout.
+            if time.monotonic() - started > RETRY_WITHIN * self.timeout:
+                raise
+            return self._call(keys, args)
+
+    def _call(self, keys: list[str], args: list[Any]) -> list[int]:
         try:
             return self._script(keys=keys, args=args)
-        except redis.exceptions.ConnectionError:
-            # As in the async limiter: one retry on a fresh connection.
-            return self._script(keys=keys, args=args)
+        except redis.exceptions.NoScriptError:
+            # As in the async limiter: a flush during the reload; EVAL cannot miss.
+            return self._script.registered_client.eval(
+                self._script.script, len(keys), *keys, *args
+            )
 
 
 class SlidingWindowLimiter(SyncLimiter):
@@ -67,7 +86,7 @@ class SlidingWindowCounterLimiter(SyncLimiter):
     algorithm = algorithms.SLIDING_WINDOW_COUNTER
 
 
-class TokenBucketLimiter(GcraOptions, SyncLimiter):
+class TokenBucketLimiter(GcraPolicy, SyncLimiter):
     """Token bucket as GCRA: `limit` per window sustained, `burst` at once (default limit)."""
 
     algorithm = algorithms.GCRA

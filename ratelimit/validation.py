@@ -20,6 +20,15 @@ def positive_int(name: str, value: Any, maximum: int) -> int:
     return value
 
 
+def non_negative_int(name: str, value: Any, maximum: int) -> int:
+    """Return `value` if it is an int in [0, maximum], else raise ValueError."""
+    if isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return positive_int(name, value, maximum)
+
+
 def window_ms(window_seconds: Any, window_ms: Any) -> int:
     """Resolve the window from exactly one of `window_seconds` and `window_ms`."""
     if (window_seconds is None) == (window_ms is None):
@@ -29,10 +38,10 @@ def window_ms(window_seconds: Any, window_ms: Any) -> int:
     return positive_int("window_seconds", window_seconds, MAX_WINDOW_MS // 1000) * 1000
 
 
-def limit(value: Any) -> int:
+def limit(value: Any, maximum: int = MAX_LIMIT) -> int:
     if value is None:
         raise ValueError("limit is required")
-    return positive_int("limit", value, MAX_LIMIT)
+    return positive_int("limit", value, maximum)
 
 
 def cost(value: Any, limit: int) -> int:

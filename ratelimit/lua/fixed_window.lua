@@ -19,5 +19,5 @@ if used + cost > limit then
 end
 
 redis.call('HSET', key, 'w', number, 'n', used + cost)
-redis.call('PEXPIRE', key, reset)
+redis.call('PEXPIRE', key, reset + ttl_slack)
 return {1, limit - used - cost, 0, reset, now}

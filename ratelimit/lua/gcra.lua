@@ -1,10 +1,10 @@
 -- Token bucket as GCRA (generic cell rate algorithm): one stored number per identity,
 -- the theoretical arrival time (TAT) at which the bucket would be full again.
 -- key: a string, the TAT in ms (a float, stored exactly).
--- key, now, window, limit and cost come from prelude.lua; ARGV[5] is the burst
+-- key, now, window, limit and cost come from prelude.lua; ARGV[6] is the burst
 -- (units of cost that may arrive at once).
 
-local burst = tonumber(ARGV[5])
+local burst = tonumber(ARGV[6])
 
 local interval = window / limit -- ms between two units at the sustained rate
 local tolerance = interval * burst
@@ -21,5 +21,5 @@ end
 
 local reset = math.ceil(new_tat - now)
 -- %.17g round-trips a double exactly, so no precision is lost between checks.
-redis.call('SET', key, string.format('%.17g', new_tat), 'PX', reset)
+redis.call('SET', key, string.format('%.17g', new_tat), 'PX', reset + ttl_slack)
 return {1, math.floor((now - allow_at) / interval), 0, reset, now}

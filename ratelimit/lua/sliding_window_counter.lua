@@ -58,5 +58,5 @@ end
 cur = cur + cost
 local reset = reset_at(now, cur, prev)
 redis.call('HSET', key, 'w', number, 'c', cur, 'p', prev)
-redis.call('PEXPIRE', key, reset)
+redis.call('PEXPIRE', key, reset + ttl_slack)
 return {1, math.floor(limit - estimate - cost), 0, reset, now}

@@ -1,0 +1,104 @@
+"""A limit policy: the validated options every limiter shares, Redis-backed or not.
+
+The Redis limiters (`ratelimit.limiters`, `ratelimit.sync`) and the in-memory
+reference models (`ratelimit.reference`) all build on `Policy`, so they accept the
+same options and reject the same bad input with the same messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from . import clock as clocks
+from . import keys, validation
+from .algorithms import Algorithm
+
+VIRTUAL_CLOCK_TTL_SLACK_MS = 3_600_000
+
+
+class Policy:
+    """Window, limit, clock, keys and failure options, validated once."""
+
+    algorithm: ClassVar[Algorithm]
+
+    def __init__(
+        self,
+        window_seconds: int | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: str = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+    ) -> None:
+        self.window_ms = validation.window_ms(window_seconds, window_ms)
+        self.limit = validation.limit(limit, self.algorithm.max_limit)
+        self.prefix = validation.prefix(prefix)
+        self.clock = clocks.validate(clock)
+        self.on_error = validation.on_error(on_error)
+        self.timeout = validation.timeout(timeout)
+        self.readable_keys = bool(readable_keys)
+        self._secret = keys.validate_secret(key_secret)
+        # Redis expires keys in real time. Under an injected (virtual) clock that runs
+        # slower than real time, a TTL of one window would drop state that is still
+        # inside the virtual window, so such clocks get an hour of slack by default.
+        # Extra TTL never changes a decision: every script ignores aged-out state.
+        if ttl_slack_ms is None:
+            real = clock is clocks.DEFAULT or clock == clocks.REDIS
+            ttl_slack_ms = 0 if real else VIRTUAL_CLOCK_TTL_SLACK_MS
+        self.ttl_slack_ms = validation.non_negative_int(
+            "ttl_slack_ms", ttl_slack_ms, validation.MAX_WINDOW_MS
+        )
+
+    @property
+    def window_seconds(self) -> float:
+        return self.window_ms / 1000
+
+    def key_for(self, identity: str | bytes) -> str:
+        """The Redis key that holds this identity's state (bounded, not readable)."""
+        return keys.make_key(
+            self.prefix,
+            self.algorithm.name,
+            identity,
+            secret=self._secret,
+            readable=self.readable_keys,
+        )
+
+    def validate_cost(self, cost: Any) -> int:
+        """`cost` if it is an integer from 1 to the limit, else ValueError."""
+        return validation.cost(cost, self.limit)
+
+    def extra_args(self) -> tuple[int, ...]:
+        """Script arguments beyond the common ones (see lua/prelude.lua)."""
+        return ()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(limit={self.limit}, window_ms={self.window_ms}, "
+            f"prefix={self.prefix!r})"
+        )
+
+
+class GcraPolicy(Policy):
+    """GCRA's extra option: how much cost may arrive at once (default: the limit)."""
+
+    def __init__(self, *args: Any, burst: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.burst = (
+            self.limit
+            if burst is None
+            else validation.positive_int("burst", burst, validation.MAX_LIMIT)
+        )
+
+    def extra_args(self) -> tuple[int, ...]:
+        return (self.burst,)
+
+    def validate_cost(self, cost: Any) -> int:
+        cost = super().validate_cost(cost)
+        if cost > self.burst:
+            raise ValueError(f"cost must be <= burst ({self.burst}), got {cost}")
+        return cost
