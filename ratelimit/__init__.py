@@ -16,6 +16,16 @@ from .limiters import (
     TokenBucketLimiter,
 )
 
+
+def __getattr__(name: str):
+    # The replay needs numpy and pandas; load them only when it is used.
+    if name in ("replay", "replay_async"):
+        from . import simulation
+
+        return getattr(simulation, name)
+    raise AttributeError(f"module 'ratelimit' has no attribute {name!r}")
+
+
 __all__ = [
     "Decision",
     "FixedWindowLimiter",
@@ -26,4 +36,6 @@ __all__ = [
     "connect",
     "connect_sync",
     "is_embedded",
+    "replay",
+    "replay_async",
 ]

@@ -1,28 +1,20 @@
-"""`make bench`: how fast a check is, as ratios against floors measured in the same run.
+"""How fast one check is, as ratios against floors measured in the same run.
 
 Cases run in interleaved rounds (A B C ... A B C ...), so drift on a noisy machine
 hits every case alike; each figure is the median over rounds, and each ratio is
-taken against the PING of the same round. Uses REDIS_URL, else 127.0.0.1:6379 when
-it answers, else the embedded fakeredis (and says so).
+taken against the PING of the same round.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
-from pathlib import Path
 
-import redis
 import redis.asyncio
 
-from . import (
+from .. import (
     FixedWindowLimiter,
     SlidingWindowCounterLimiter,
     SlidingWindowLimiter,
@@ -30,19 +22,7 @@ from . import (
     connect,
 )
 
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
 Case = Callable[[int], Awaitable[None]]
-
-
-def pick_url() -> str | None:
-    url = os.environ.get("REDIS_URL")
-    if url:
-        return url
-    try:
-        redis.Redis.from_url(DEFAULT_URL, socket_connect_timeout=0.5).ping()
-        return DEFAULT_URL
-    except redis.exceptions.RedisError:
-        return None
 
 
 def make_cases(client: redis.asyncio.Redis, prefix: str) -> dict[str, Case]:
@@ -101,35 +81,4 @@ async def run(rounds: int, n: int, url: str | None) -> dict:
         ops = [r[name] for r in per_round]
         ratios = [r[name] / r["PING"] for r in per_round]
         results[name] = {"ops_per_s": statistics.median(ops), "x_ping": statistics.median(ratios)}
-    return {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": (
-            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-        ),
-        "backend": "embedded fakeredis" if url is None else "real Redis",
-        "rounds": rounds,
-        "checks_per_case_per_round": n,
-        "results": results,
-    }
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("-n", type=int, default=2000, help="calls per case per round")
-    parser.add_argument("--out", type=Path, default=Path("build/bench/results.json"))
-    args = parser.parse_args()
-    url = pick_url()
-    report = asyncio.run(run(args.rounds, args.n, url))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{report['backend']}, {report['machine']}, {report['date']}")
-    print(f"median of {args.rounds} interleaved rounds, {args.n} sequential async calls each")
-    print(f"{'case':40} {'calls/s':>10} {'x PING':>8}")
-    for name, r in report["results"].items():
-        print(f"{name:40} {r['ops_per_s']:>10,.0f} {r['x_ping']:>8.2f}")
-    print(f"written to {args.out}")
-
-
-if __name__ == "__main__":
-    main()
+    return {"rounds": rounds, "calls_per_case_per_round": n, "results": results}

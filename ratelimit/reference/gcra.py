@@ -1,0 +1,39 @@
+"""Token bucket as GCRA, as in lua/gcra.lua: the theoretical arrival time (TAT)."""
+
+from __future__ import annotations
+
+import math
+
+from .. import algorithms
+from ..policy import GcraPolicy
+from .base import Outcome, ReferenceLimiter
+
+
+class TokenBucketLimiter(GcraPolicy, ReferenceLimiter):
+    """`limit` per window sustained, `burst` at once; state is one float per identity."""
+
+    algorithm = algorithms.GCRA
+
+    def run(self, identity: bytes, times_ms: list[int], costs: list[int]) -> Outcome:
+        interval = self.window_ms / self.limit
+        tolerance = interval * self.burst
+        stored: float | None = self.state.get(identity)
+        allowed, remaining, retry, reset = [], [], [], []
+        for now, cost in zip(times_ms, costs, strict=True):
+            tat = now if stored is None or stored < now else stored
+            new_tat = tat + interval * cost
+            allow_at = new_tat - tolerance
+            if allow_at > now:
+                allowed.append(False)
+                remaining.append(max(math.floor((now - (tat - tolerance)) / interval), 0))
+                retry.append(math.ceil(allow_at - now))
+                reset.append(math.ceil(tat - now))
+                continue
+            stored = new_tat
+            allowed.append(True)
+            remaining.append(math.floor((now - allow_at) / interval))
+            retry.append(0)
+            reset.append(math.ceil(new_tat - now))
+        if stored is not None:
+            self.state[identity] = stored
+        return allowed, remaining, retry, reset
