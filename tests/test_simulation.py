@@ -12,7 +12,7 @@ import redis
 
 import ratelimit
 import ratelimit.sync
-from ratelimit import reference
+from ratelimit import reference, traffic
 from ratelimit.simulation import replay, replay_async
 
 DECISIONS = ["allowed", "remaining", "retry_after_ms"]
@@ -36,19 +36,24 @@ def table(times, identities, costs=None, replicas=None) -> pd.DataFrame:
     )
 
 
-def mixed_trace(n: int = 10_000, seed: int = 7) -> pd.DataFrame:
-    """Bursty, tied, cost-weighted traffic from a few hot and many cold identities."""
-    rng = np.random.default_rng(seed)
-    times = np.sort(np.round(rng.uniform(0, 20, n), 3))  # rounding makes ties
-    hot = rng.random(n) < 0.6
-    who = np.where(hot, rng.integers(0, 5, n), rng.integers(5, 200, n))
-    costs = np.where(rng.random(n) < 0.2, rng.integers(2, 5, n), 1)
-    return table(times, [f"id-{w}" for w in who], costs, rng.integers(0, 3, n))
+def mixed_trace() -> pd.DataFrame:
+    """About 10,000 requests of every kind the generators make, merged into one trace:
+    steady, bursty, the boundary attacker, a Zipf fleet, cost-weighted geofence
+    queries, and a client spread over replicas with skewed clocks."""
+    return traffic.merge(
+        traffic.poisson(15, 60, identity="steady", seed=1),
+        traffic.on_off(60, 2, 3, 60, identity="bursty", seed=2),
+        traffic.boundary_attack(10, 1.0, boundary=5.0, cycles=10),
+        traffic.zipf_fleet(300, 80, 60, seed=3),
+        traffic.geofence_mix(12, 60, identity="geo", seed=4),
+        traffic.skewed_replicas(14, 60, replicas=3, max_offset=0.4, identity="skewed", seed=5),
+    )
 
 
 @pytest.mark.parametrize("name", ALGORITHMS)
 def test_ten_thousand_requests_decided_alike_everywhere(name, backend, sync_client, prefix):
     trace = mixed_trace()
+    assert 9_000 < len(trace) < 12_000 and trace["cost"].max() > 1
     model = replay(trace, getattr(reference, name)(1, 10))
     lua = replay(trace, getattr(ratelimit.sync, name)(sync_client, 1, 10, prefix=prefix))
     pd.testing.assert_frame_equal(model, lua)
@@ -56,7 +61,7 @@ def test_ten_thousand_requests_decided_alike_everywhere(name, backend, sync_clie
 
 
 async def test_replay_async_matches_the_model(client, prefix):
-    trace = mixed_trace(2_000)
+    trace = mixed_trace().iloc[:2_000]
     model = replay(trace, reference.SlidingWindowLimiter(1, 10))
     lua = await replay_async(trace, ratelimit.SlidingWindowLimiter(client, 1, 10, prefix=prefix))
     pd.testing.assert_frame_equal(model, lua)
