@@ -32,6 +32,8 @@ LAB_ARGS    ?=
 # Recipes see the venv's tools (jupyter, ruff, the kernel's python) before the system's.
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# Replays stay quiet in committed notebook outputs and in tests (no tqdm bars).
+run test: export RATELIMIT_PROGRESS = 0
 # uv would otherwise warn that it cannot hard-link from its cache on another filesystem.
 export UV_LINK_MODE ?= copy
 

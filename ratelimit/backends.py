@@ -18,21 +18,31 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 
-def _url(url: str | None) -> str | None:
+def _url(url: str | None, embedded: bool) -> str | None:
+    if embedded:
+        return None
     return url or os.environ.get("REDIS_URL") or None
 
 
-def connect(url: str | None = None, *, timeout: float = 1.0) -> redis.asyncio.Redis:
-    """An asyncio client for `url` (or `REDIS_URL`), else an embedded fakeredis."""
-    url = _url(url)
+def connect(
+    url: str | None = None, *, timeout: float = 1.0, embedded: bool = False
+) -> redis.asyncio.Redis:
+    """An asyncio client for `url` (or `REDIS_URL`), else an embedded fakeredis.
+
+    `embedded=True` always gives the embedded one, whatever `REDIS_URL` says (for
+    notebooks whose output must not depend on the machine).
+    """
+    url = _url(url, embedded)
     if url is None:
         return fakeredis.FakeAsyncRedis()
     return redis.asyncio.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
-def connect_sync(url: str | None = None, *, timeout: float = 1.0) -> redis.Redis:
+def connect_sync(
+    url: str | None = None, *, timeout: float = 1.0, embedded: bool = False
+) -> redis.Redis:
     """A synchronous client for `url` (or `REDIS_URL`), else an embedded fakeredis."""
-    url = _url(url)
+    url = _url(url, embedded)
     if url is None:
         return fakeredis.FakeRedis()
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
