@@ -46,8 +46,15 @@ class SlidingWindowCounterLimiter(ReferenceLimiter):
 
         allowed, remaining, retry, reset = [], [], [], []
         for now, cost in zip(times_ms, costs, strict=True):
-            number, cur, prev = counts_at(now)
-            estimate = estimate_at(now)
+            # counts_at and estimate_at inlined: this is the replay's hot loop.
+            number = math.floor(now / window)
+            if w is None or number > w + 1 or number < w:
+                cur = prev = 0
+            elif number == w:
+                cur, prev = c, p
+            else:
+                cur, prev = 0, c
+            estimate = prev * ((window - (now - number * window)) / window) + cur
             if estimate + cost > limit:
                 elapsed = now - number * window
                 if cur + cost <= limit:
