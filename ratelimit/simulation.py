@@ -98,9 +98,15 @@ def _progress(total: int, progress: bool | None):
             and os.environ.get("RATELIMIT_PROGRESS", "1") != "0"
             and "PYTEST_CURRENT_TEST" not in os.environ
         )
+    if not progress:
+        # tqdm.auto warns (with a file path) when ipywidgets is missing: in a notebook
+        # that warning would land in the compared output, so a silent bar uses tqdm.std.
+        from tqdm.std import tqdm as silent
+
+        return silent(total=total, disable=True)
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit="req", disable=not progress, leave=False)
+    return tqdm(total=total, unit="req", leave=False)
 
 
 @contextmanager
