@@ -33,6 +33,7 @@ __all__ = [
     "overshoot",
     "per_identity",
     "rejection_rate",
+    "retry_after_error",
     "seconds_to_ms",
 ]
 
@@ -296,6 +297,102 @@ def overshoot(replayed: pd.DataFrame, limit: int, window_seconds: float) -> floa
     allowed = _allowed(replayed)
     peaks = _admitted_peaks(replayed, allowed, _costs(replayed), window)
     return float(peaks.max()) / limit if len(peaks) else 0.0
+
+
+# ---------------------------------------------------------------- Retry-After advice
+
+
+def _whole_ms(table: pd.DataFrame, column: str, rows: np.ndarray) -> np.ndarray:
+    """`table[column]` at `rows` as int64, or ValueError (missing or fractional values)."""
+    values = table[column]
+    if values.isna().any():
+        raise ValueError(f"replayed[{column!r}] has missing values")
+    array = values.to_numpy()
+    if array.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if array.dtype.kind == "f":
+        if not np.isfinite(array).all() or (array != np.floor(array)).any():
+            raise ValueError(f"replayed[{column!r}] must be whole milliseconds")
+    elif array.dtype.kind not in "iu":
+        raise ValueError(f"replayed[{column!r}] must be integers, got dtype {values.dtype}")
+    return array[rows].astype(np.int64)
+
+
+def retry_after_error(replayed: pd.DataFrame, limit: int, window_seconds: float) -> pd.Series:
+    """How far each rejection's Retry-After advice is from the truth, in ms.
+
+    One value per rejected row, indexed by the row labels of `replayed` (in table
+    order), int64, named `retry_after_error_ms`. For a rejected request of identity
+    i at true time t (`floor(time * 1000)` ms) with cost c and advice
+    R = `retry_after_ms`:
+
+    - the *true history* is i's admitted requests decided before it, i.e. earlier in
+      the replay's decision order (ascending `time`, ties in table order), each at its
+      own true ms with its cost: what existed when the advice was given. Requests
+      admitted later are left out, even in the same ms;
+    - T* is the earliest whole ms T >= t at which that history leaves room for c more
+      within `limit` in the half-open window (T - W, T], W = `window_seconds` in ms;
+    - the error is (t + R) - T*. Positive: told to wait longer than needed. Negative:
+      told to come back too early (retrying at t + R would, in truth, overshoot the
+      limit). Zero: exact advice.
+
+    In closed form: with n the history's total cost and u_j the true stamp of its j-th
+    oldest unit of cost (a request of cost k is k units), T* = max(t, u_j + W) for
+    j = n + c - limit >= 1, and T* = t when j <= 0 (there was room all along). The
+    exact sliding log on a true clock gives its advice from the same history by the same
+    rule, so its error is 0 for every rejection; a limiter whose replicas stamp with
+    skewed clocks, or an approximate algorithm, is off by the amounts this measures.
+
+    Every cost must be between 1 and `limit` (a larger one never fits: no T* exists).
+    Vectorized, O(n log n).
+    """
+    _require(replayed, ["time", "identity", "cost", "allowed", "retry_after_ms"])
+    limit = _positive_int("limit", limit)
+    window = _window_ms(window_seconds, "window_seconds")
+    if replayed["identity"].isna().any():
+        raise ValueError("replayed['identity'] has missing values")
+    allowed = _allowed(replayed)
+    costs = _costs(replayed)
+    if costs.size and (costs.min() < 1 or costs.max() > limit):
+        raise ValueError(f"replayed['cost'] must be between 1 and the limit ({limit})")
+    ms = seconds_to_ms(replayed["time"].to_numpy())
+    rejected = np.flatnonzero(~allowed)
+    advice = _whole_ms(replayed, "retry_after_ms", rejected)
+    index = replayed.index[rejected]
+    name = "retry_after_error_ms"
+    if rejected.size == 0:
+        return pd.Series(np.empty(0, dtype=np.int64), index=index, name=name)
+
+    # Decision order within each identity: rows grouped by identity, then by `time`
+    # (stable, so ties keep table order), as `ratelimit.replay` decides them.
+    codes, _ = pd.factorize(replayed["identity"], sort=False)
+    time_order = np.argsort(replayed["time"].to_numpy(dtype=np.float64), kind="stable")
+    order = time_order[np.argsort(codes[time_order], kind="stable")]
+    group = codes[order]
+    admitted_cost = np.where(allowed[order], costs[order], 0)
+    # Running admitted cost over the whole grouped table (inclusive), and each row's
+    # group base: the running total just before its group starts.
+    running = np.cumsum(admitted_cost, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1])))
+    before_group = (running - admitted_cost)[starts]
+    base = np.repeat(before_group, np.diff(np.append(starts, len(order))))
+
+    # The rejected rows, at their positions in the grouped order.
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    at = position[rejected]
+    t = ms[rejected]
+    history = running[at] - base[at]  # n: admitted cost of i decided before this row
+    j = history + costs[rejected] - limit  # which unit must leave the window first
+    needs_wait = j >= 1
+    # The j-th unit is on the first row whose running total reaches base + j; that row
+    # admitted something (the total only rises on admissions) and lies in i's group,
+    # before the rejected row, since 1 <= j <= n.
+    unit_row = np.searchsorted(running, base[at] + j, side="left")
+    unit_row = np.minimum(unit_row, len(order) - 1)  # rows with j <= 0 are not used
+    oldest = ms[order[unit_row]]
+    earliest = np.where(needs_wait, np.maximum(t, oldest + window), t)
+    return pd.Series(t + advice - earliest, index=index, name=name)
 
 
 # ---------------------------------------------------------------- approximate vs exact

@@ -8,6 +8,7 @@ in the window at t while s > t - W.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pandas as pd
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit import metrics
+from ratelimit import metrics, reference, replay, traffic
 from ratelimit.clock import to_ms
 
 Y, N = True, False
@@ -394,3 +395,204 @@ def test_metrics_are_fast_on_a_million_rows():
     assert metrics.overshoot(frame, 10, 1) > 0
     assert len(metrics.per_identity(frame, 1)) == 10_000
     assert metrics.rejection_rate(frame, 1)["requests"].sum() == n
+
+
+# ---------------------------------------------------------------- Retry-After error
+
+
+def advised(rows, index=None) -> pd.DataFrame:
+    """A replayed table from (time, identity, cost, allowed, retry_after_ms) rows."""
+    frame = pd.DataFrame(
+        list(rows), columns=["time", "identity", "cost", "allowed", "retry_after_ms"], index=index
+    )
+    frame["replica"] = 0
+    frame["remaining"] = 0
+    return frame
+
+
+# Limit 3 per 1 s. Worked by hand: t is the true ms, n the admitted cost of the identity
+# decided before the row, j = n + c - 3, u_j the true stamp of its j-th oldest unit,
+# T* = max(t, u_j + 1000) (t when j <= 0), error = t + R - T*.
+ADVISED = advised(
+    [
+        (0.000, "a", 1, Y, 0),  # a: one unit at 0
+        (0.200, "a", 2, Y, 0),  # a: units 0, 200, 200
+        (0.500, "a", 1, N, 500),  # j=1, u=0: T*=1000; 500+500-1000 = 0 (exact)
+        (0.500, "a", 2, N, 100),  # j=2, u=200: T*=1200; 600-1200 = -600 (too early)
+        (0.300, "b", 1, N, 50),  # b has nothing: room at once, T*=300; +50 (too long)
+        (1.100, "a", 1, N, 300),  # j=1, u=0 left at 1000 < 1100: T*=t; +300
+        (1.100, "a", 1, Y, 0),  # a: units 0, 200, 200, 1100 (after the row above)
+        (1.100, "a", 3, N, 1000),  # j=4+3-3=4, u=1100: T*=2100; 2100-2100 = 0
+        (2.999, "a", 2, N, 1),  # (1999, 2999] holds 1100 only: room, T*=t; +1
+    ],
+    index=[f"r{k}" for k in range(9)],
+)
+
+
+def test_retry_after_error_by_hand():
+    got = metrics.retry_after_error(ADVISED, 3, 1)
+    assert got.name == "retry_after_error_ms"
+    assert got.dtype == np.int64
+    assert got.to_dict() == {
+        "r2": 0,
+        "r3": -600,
+        "r4": 50,
+        "r5": 300,
+        "r7": 0,
+        "r8": 1,
+    }
+    # A longer window keeps the unit at 0 in until 1500: r5 should have waited 400 ms,
+    # was told 300 (100 too early); r3's unit at 200 leaves at 1700, advice 600: -1100.
+    got = metrics.retry_after_error(ADVISED, 3, 1.5)
+    assert got[["r2", "r3", "r5"]].tolist() == [1000 - 1500, 600 - 1700, 1400 - 1500]
+
+
+def test_retry_after_error_uses_decision_order_not_table_order():
+    # The same rows shuffled: each row keeps its label and its error. Ties in time keep
+    # their relative table order (r5 before r6 before r7), as the replay decides them.
+    shuffled = ADVISED.loc[["r8", "r4", "r5", "r3", "r6", "r0", "r7", "r2", "r1"]]
+    got = metrics.retry_after_error(shuffled, 3, 1)
+    assert list(got.index) == ["r8", "r4", "r5", "r3", "r7", "r2"]
+    assert got.to_dict() == metrics.retry_after_error(ADVISED, 3, 1).to_dict()
+
+
+def test_retry_after_error_counts_only_history_decided_before():
+    # Two rejections in the same ms around an admission: the later admission is not in
+    # the first rejection's history (it did not exist when the advice was given).
+    rows = [
+        (0.0, "a", 1, Y, 0),
+        (0.0, "a", 1, Y, 0),
+        (0.1, "a", 2, N, 900),  # j=2+2-3=1, u=0: T*=1000, exact
+        (0.1, "a", 1, Y, 0),
+        (0.1, "a", 2, N, 900),  # j=3+2-3=2, u=0: T*=1000, exact
+        (0.1, "a", 3, N, 900),  # j=3+3-3=3, u=100: T*=1100, 100 too early
+    ]
+    got = metrics.retry_after_error(advised(rows), 3, 1)
+    assert got.to_dict() == {2: 0, 4: 0, 5: -100}
+
+
+def test_retry_after_error_without_rejections():
+    got = metrics.retry_after_error(ADVISED[ADVISED.allowed], 3, 1)
+    assert got.empty and got.dtype == np.int64 and got.name == "retry_after_error_ms"
+    assert metrics.retry_after_error(ADVISED.iloc[0:0], 3, 1).empty
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: metrics.retry_after_error(ADVISED.drop(columns="retry_after_ms"), 3, 1), "retry"),
+        (lambda: metrics.retry_after_error(ADVISED, 0, 1), "limit must be a positive integer"),
+        (lambda: metrics.retry_after_error(ADVISED, 3, 0.0005), "whole number of milliseconds"),
+        (lambda: metrics.retry_after_error(ADVISED, 2, 1), r"between 1 and the limit \(2\)"),
+        (lambda: metrics.retry_after_error(ADVISED.assign(cost=0), 3, 1), "between 1 and"),
+        (
+            lambda: metrics.retry_after_error(ADVISED.assign(retry_after_ms=0.5), 3, 1),
+            "whole milliseconds",
+        ),
+        (
+            lambda: metrics.retry_after_error(ADVISED.assign(retry_after_ms=None), 3, 1),
+            "missing values",
+        ),
+        (lambda: metrics.retry_after_error(ADVISED.assign(identity=None), 3, 1), "identity"),
+    ],
+)
+def test_retry_after_error_rejects_bad_input(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def _brute_force_retry_errors(rows, limit, width_ms):
+    """Per rejected row, (t + R) - T*, by trying every ms T from t upwards."""
+    order = sorted(range(len(rows)), key=lambda k: rows[k][0])  # stable, like the replay
+    errors = {}
+    for position, k in enumerate(order):
+        time, who, cost, allowed, advice = rows[k]
+        if allowed:
+            continue
+        t = to_ms(time)
+        history = [
+            (to_ms(rows[m][0]), rows[m][2])
+            for m in order[:position]
+            if rows[m][1] == who and rows[m][3]
+        ]
+        earliest = t
+        while sum(c for s, c in history if s > earliest - width_ms) + cost > limit:
+            earliest += 1
+        errors[k] = t + advice - earliest
+    return errors
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(0, 600).map(lambda ms: ms / 1000),
+            st.sampled_from(["a", "b", "c"]),
+            st.integers(1, 4),
+            st.booleans(),
+            st.integers(-50, 400),
+        ),
+        max_size=30,
+    ),
+    limit=st.integers(4, 6),
+    width_ms=st.integers(1, 300),
+)
+def test_retry_after_error_matches_brute_force(rows, limit, width_ms):
+    got = metrics.retry_after_error(advised(rows), limit, width_ms / 1000)
+    assert got.to_dict() == _brute_force_retry_errors(rows, limit, width_ms)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    requests=st.lists(
+        st.tuples(st.integers(0, 3000), st.sampled_from(["a", "b"]), st.integers(1, 3)),
+        max_size=60,
+    ),
+    limit=st.integers(3, 8),
+    window_ms=st.integers(1, 1500),
+)
+def test_the_exact_log_on_a_true_clock_advises_exactly(requests, limit, window_ms):
+    # The control: the sliding log's Retry-After, given on the true clock, is never off.
+    trace = pd.DataFrame(
+        {
+            "time": [ms / 1000 for ms, _, _ in requests],
+            "identity": [who for _, who, _ in requests],
+            "cost": np.array([c for _, _, c in requests], dtype=np.int64),
+            "replica": np.zeros(len(requests), dtype=np.int64),
+        }
+    )
+    limiter = reference.SlidingWindowLimiter(window_ms=window_ms, limit=limit)
+    replayed = replay(trace, limiter)
+    errors = metrics.retry_after_error(replayed, limit, window_ms / 1000)
+    assert len(errors) == int((~replayed["allowed"]).sum())
+    assert (errors == 0).all()
+
+
+def test_retry_after_error_on_skewed_and_fixed_window_replays():
+    # Costs above 1, several identities, clock skew: the exact log on the true (Redis)
+    # clock is still exact; the same log stamped by skewed replicas, and the fixed
+    # window, are not.
+    trace = traffic.merge(
+        traffic.geofence_mix(40, 30, identity="g", seed=1),
+        traffic.skewed_replicas(50, 30, max_offset=0.3, seed=3, identity="s"),
+    )
+    on_redis_clock = replay(trace, reference.SlidingWindowLimiter(1, 10, clock="redis"))
+    errors = metrics.retry_after_error(on_redis_clock, 10, 1)
+    assert len(errors) > 1000 and (errors == 0).all()
+    skewed = metrics.retry_after_error(replay(trace, reference.SlidingWindowLimiter(1, 10)), 10, 1)
+    from_g = trace.identity[skewed.index] == "g"
+    assert from_g.any() and (skewed[from_g] == 0).all()  # g's replica keeps true time
+    assert (skewed < 0).any() and (skewed > 0).any()
+    fixed = metrics.retry_after_error(replay(trace, reference.FixedWindowLimiter(1, 10)), 10, 1)
+    assert (fixed < 0).any()
+
+
+def test_retry_after_error_is_fast_on_ten_thousand_rejections():
+    trace = traffic.poisson(200, 100, identity="hot", seed=5)  # ~20,000 requests
+    replayed = replay(trace, reference.FixedWindowLimiter(1, 10))
+    rejected = int((~replayed["allowed"]).sum())
+    assert rejected > 10_000
+    start = time.perf_counter()
+    errors = metrics.retry_after_error(replayed, 10, 1)
+    assert time.perf_counter() - start < 1.0
+    assert len(errors) == rejected
