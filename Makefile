@@ -34,6 +34,8 @@ export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Replays stay quiet in committed notebook outputs and in tests (no tqdm bars).
 run test: export RATELIMIT_PROGRESS = 0
+# Only the main job refreshes measured tables stored beside the notebooks.
+run: export RATELIMIT_SAVE_MEASUREMENTS = 1
 # uv would otherwise warn that it cannot hard-link from its cache on another filesystem.
 export UV_LINK_MODE ?= copy
 

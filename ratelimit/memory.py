@@ -10,6 +10,12 @@
     probe(client, "gcra", 10_000)                 # O(1): one small string whatever the limit
     listpack_threshold(client)                    # zset-max-listpack-entries, e.g. 128
 
+    # A tidy table of full keys, measured when a real Redis answers, else read back
+    # from the CSV the last measurement wrote (needs pandas):
+    result = measured_or_stored(client, "data/memory_per_key.csv", [10, 128, 129, 1000])
+    result.table, result.source                   # DataFrame, "measured" or "stored"
+    fleet_memory(result.table, [10**3, 10**6], limits=[10])   # N keys x bytes per key
+
 Figures come from the server itself: `MEMORY USAGE <key> SAMPLES 0` (every element
 counted, key name and overhead included) and `OBJECT ENCODING <key>`. The embedded
 fakeredis has neither command nor Redis's memory layout, so on it `probe` raises
@@ -27,23 +33,37 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 import redis.asyncio
 import redis.exceptions
 
 from . import algorithms, sync
-from .algorithms import Algorithm
+from .algorithms import SLIDING_LOG_MAX_LIMIT, Algorithm
 from .backends import is_embedded
 from .clock import ManualClock
 
+if TYPE_CHECKING:  # pandas is only needed by the table functions (the "sim" extra)
+    import pandas as pd
+
 __all__ = [
+    "TABLE_COLUMNS",
+    "MeasuredOrStored",
     "MemoryNotMeasurableError",
     "MemoryProbe",
+    "fleet_memory",
+    "format_bytes",
     "listpack_threshold",
+    "load_table",
+    "measured_or_stored",
+    "memory_table",
     "probe",
+    "redis_version",
+    "save_table",
 ]
 
 
@@ -288,3 +308,268 @@ def probe(
         encoding=encoding,
         bytes_per_entry=int(usage) / entries,
     )
+
+
+# Tables ------------------------------------------------------------------------------
+
+# One row per measured key (a `MemoryProbe`). `bytes_per_key` is its MEMORY USAGE
+# (named so as not to clash with `DataFrame.memory_usage`). `member_format` is
+# "script" or "classic" for the sliding log and "" for the O(1) algorithms (so that
+# the column survives a CSV round trip). `redis_version` and `listpack_threshold` say
+# which server the figures come from.
+TABLE_COLUMNS = (
+    "algorithm",
+    "member_format",
+    "limit",
+    "entries",
+    "encoding",
+    "bytes_per_key",
+    "bytes_per_entry",
+    "redis_version",
+    "listpack_threshold",
+)
+_TABLE_DTYPES = {
+    "algorithm": str,
+    "member_format": str,
+    "limit": "int64",
+    "entries": "int64",
+    "encoding": str,
+    "bytes_per_key": "int64",
+    "bytes_per_entry": "float64",
+    "redis_version": str,
+    "listpack_threshold": "int64",
+}
+ALGORITHM_NAMES = tuple(_ALGORITHMS)  # ("log", "fw", "swc", "gcra")
+MEMBER_FORMATS = ("script", "classic")
+
+Limits = Sequence[int] | Callable[[int], Iterable[int]]
+
+
+def redis_version(client: Any) -> str:
+    """The server's version, e.g. "7.0.15" (`INFO server`)."""
+    _check_measurable(client)
+    return _text(client.info("server")["redis_version"])
+
+
+def _limits(limits: Any, maximum: int) -> list[int]:
+    if isinstance(limits, str | bytes) or not isinstance(limits, Iterable):
+        raise ValueError(f"limits must be a sequence of positive integers, got {limits!r}")
+    values = sorted({_positive_int("limit", value) for value in limits})
+    if not values:
+        raise ValueError("limits must not be empty")
+    if values[-1] > maximum:
+        raise ValueError(f"limit {values[-1]} is above the sliding log's maximum {maximum}")
+    return values
+
+
+def _variants(specs: Any, member_formats: Any) -> list[tuple[str, str]]:
+    if isinstance(specs, str) or not isinstance(specs, Iterable):
+        specs = [specs]
+    names = list(dict.fromkeys(_algorithm(a).name for a in specs))
+    if not names:
+        raise ValueError("algorithms must not be empty")
+    formats = [member_formats] if isinstance(member_formats, str) else list(member_formats)
+    if not formats or any(f not in MEMBER_FORMATS for f in formats):
+        raise ValueError(f"member_formats must be some of {MEMBER_FORMATS}, got {member_formats!r}")
+    variants: list[tuple[str, str]] = []
+    for name in names:
+        if name == algorithms.SLIDING_LOG.name:
+            variants += [(name, f) for f in dict.fromkeys(formats)]
+        else:
+            variants.append((name, ""))
+    return variants
+
+
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS)).astype(_TABLE_DTYPES)
+
+
+def memory_table(
+    client: redis.Redis,
+    limits: Limits,
+    algorithms: Any = ALGORITHM_NAMES,
+    *,
+    member_formats: Any = MEMBER_FORMATS,
+    window_ms: int = DEFAULT_WINDOW_MS,
+    prefix: str = "rl",
+) -> pd.DataFrame:
+    """Measure one full key per (algorithm, member format, limit): a tidy DataFrame.
+
+    Each row is `probe(client, algorithm, limit, member_format=...)`: a key holding a
+    whole limit's worth (the log: `limit` members; the O(1) algorithms: one request of
+    cost `limit`), i.e. what a client at its limit costs. Columns: `TABLE_COLUMNS`.
+
+    - `limits`: positive integers (duplicates dropped, sorted; at most the log's
+      maximum), or a function of the server's `listpack_threshold` returning them,
+      e.g. `lambda t: [10, t, t + 1, 1000]`.
+    - `algorithms`: names ("log", "fw", "swc", "gcra"), `Algorithm`s or limiter classes.
+    - `member_formats`: for the log, "script" (ours) and/or "classic" members.
+
+    Raises `MemoryNotMeasurableError` on fakeredis; bad arguments raise `ValueError`
+    before anything is sent. Every probe key is deleted again.
+    """
+    variants = _variants(algorithms, member_formats)
+    fixed = None if callable(limits) else _limits(limits, SLIDING_LOG_MAX_LIMIT)
+    _check_measurable(client)
+    threshold = listpack_threshold(client)
+    version = redis_version(client)
+    values = fixed if fixed is not None else _limits(limits(threshold), SLIDING_LOG_MAX_LIMIT)
+    rows = []
+    for name, member_format in variants:
+        for limit in values:
+            result = probe(
+                client,
+                name,
+                limit,
+                member_format=member_format or "script",
+                window_ms=max(window_ms, limit),
+                prefix=prefix,
+            )
+            rows.append(
+                {
+                    "algorithm": result.algorithm,
+                    "member_format": member_format,
+                    "limit": result.limit,
+                    "entries": result.entries,
+                    "encoding": result.encoding,
+                    "bytes_per_key": result.memory_usage,
+                    "bytes_per_entry": result.bytes_per_entry,
+                    "redis_version": version,
+                    "listpack_threshold": threshold,
+                }
+            )
+    return _frame(rows)
+
+
+def _checked_table(table: Any) -> pd.DataFrame:
+    import pandas as pd
+
+    if not isinstance(table, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame, got {type(table).__name__}")
+    missing = [c for c in TABLE_COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"the table lacks the column(s) {', '.join(missing)}")
+    return table
+
+
+def save_table(table: pd.DataFrame, path: str | Path) -> Path:
+    """Write a `memory_table` as CSV (creating the directory); returns the path."""
+    table = _checked_table(table)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = table.loc[:, list(TABLE_COLUMNS)]
+    # bytes_per_entry is rounded for people reading the file; `load_table` recomputes it.
+    table = table.assign(bytes_per_entry=table["bytes_per_entry"].round(3))
+    table.to_csv(path, index=False, lineterminator="\n")
+    return path
+
+
+def load_table(path: str | Path) -> pd.DataFrame:
+    """Read a table written by `save_table`, with the same columns and dtypes."""
+    import pandas as pd
+
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    table = _checked_table(table).loc[:, list(TABLE_COLUMNS)]
+    table = table.astype({c: t for c, t in _TABLE_DTYPES.items() if c != "bytes_per_entry"})
+    # Recomputed rather than parsed, so that a loaded table equals the measured one.
+    table["bytes_per_entry"] = table["bytes_per_key"] / table["entries"]
+    return table.astype(_TABLE_DTYPES).reset_index(drop=True)
+
+
+class MeasuredOrStored(NamedTuple):
+    table: pd.DataFrame
+    source: str  # "measured" (and saved, unless save=False) or "stored"
+    reason: str  # why the stored table was used; "" when measured
+
+
+def measured_or_stored(
+    client: redis.Redis | None,
+    path: str | Path,
+    limits: Limits,
+    algorithms: Any = ALGORITHM_NAMES,
+    *,
+    member_formats: Any = MEMBER_FORMATS,
+    save: bool = True,
+    **kwargs: Any,
+) -> MeasuredOrStored:
+    """`memory_table` on `client` when it can measure, else the table stored at `path`.
+
+    With a real Redis the table is measured and (with `save=True`) written to `path`,
+    refreshing what is stored there. With `client=None` or a backend that cannot
+    report memory (the embedded fakeredis, a server refusing MEMORY USAGE) the table
+    last stored at `path` is returned as it is, with the reason; if there is none,
+    `FileNotFoundError`. Connection errors of a real client are not hidden. Other
+    keyword arguments go to `memory_table`.
+    """
+    path = Path(path)
+    reason = "no Redis server to measure on"
+    if client is not None:
+        try:
+            table = memory_table(
+                client, limits, algorithms, member_formats=member_formats, **kwargs
+            )
+        except MemoryNotMeasurableError as exc:
+            reason = str(exc)
+        else:
+            if save:
+                save_table(table, path)
+            return MeasuredOrStored(table, "measured", "")
+    if not path.exists():
+        raise FileNotFoundError(f"{reason}, and no stored table at {path} to fall back on")
+    return MeasuredOrStored(load_table(path), "stored", reason)
+
+
+def fleet_memory(
+    table: pd.DataFrame,
+    active_keys: Iterable[int],
+    limits: Iterable[int] | None = None,
+) -> pd.DataFrame:
+    """Memory for a fleet of identities that each hold one full key: N x bytes per key.
+
+    For every row of `table` (a `memory_table`) whose limit is in `limits` (default:
+    all), and every N in `active_keys`: columns `algorithm`, `member_format`, `limit`,
+    `active_keys`, `bytes_per_key`, `total_bytes`. A lower bound for sizing: MEMORY
+    USAGE leaves out the server's own per-key bookkeeping (hash-table slots, the
+    expiry entry) and allocator fragmentation.
+    """
+    import pandas as pd
+
+    table = _checked_table(table)
+    counts = sorted({_positive_int("active_keys", n) for n in active_keys})
+    if not counts:
+        raise ValueError("active_keys must not be empty")
+    if limits is not None:
+        wanted = sorted({_positive_int("limit", v) for v in limits})
+        for (name, member_format), group in table.groupby(
+            ["algorithm", "member_format"], sort=False
+        ):
+            missing = sorted(set(wanted) - set(group["limit"]))
+            if missing:
+                label = f"{name} ({member_format})" if member_format else name
+                raise ValueError(f"the table has no {label} key at limit(s) {missing}")
+        table = table[table["limit"].isin(wanted)]
+    keys = pd.DataFrame({"active_keys": pd.Series(counts, dtype="int64")})
+    fleet = table.loc[:, ["algorithm", "member_format", "limit", "bytes_per_key"]].merge(
+        keys, how="cross"
+    )
+    fleet["total_bytes"] = fleet["bytes_per_key"] * fleet["active_keys"]
+    return fleet.reset_index(drop=True)
+
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(n: float) -> str:
+    """A byte count for people, in powers of 1024 to 3 significant digits:
+    `format_bytes(88_000)` is "85.9 KiB", `format_bytes(1.02e12)` is "950 GiB"."""
+    if isinstance(n, bool) or not isinstance(n, int | float) or not n >= 0:
+        raise ValueError(f"expected a non-negative number of bytes, got {n!r}")
+    value, unit = float(n), 0
+    while unit < len(_UNITS) - 1 and float(f"{value:.3g}") >= 1000:
+        value, unit = value / 1024, unit + 1
+    if unit == 0:
+        return f"{value:.0f} B"
+    digits = 0 if value >= 99.95 else 1 if value >= 9.995 else 2
+    return f"{value:.{digits}f} {_UNITS[unit]}"

@@ -17,7 +17,7 @@ import redis
 import redis.asyncio
 
 from ratelimit.clock import ManualClock
-from tests.redis_server import RedisServer
+from ratelimit.server import RedisServer
 
 REAL_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -103,9 +103,5 @@ def private_redis(tmp_path) -> Iterator[RedisServer]:
     """A redis-server of this test's own on a free loopback port, stopped afterwards."""
     if not RedisServer.available():
         _missing("redis-server is not installed; the private-server tests need it")
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
+    with RedisServer(tmp_path) as server:  # `ratelimit.server`, shared with the notebooks
         yield server
-    finally:
-        server.stop()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import fakeredis
+import pandas as pd
 import pytest
 import redis
 import redis.asyncio
 
 import ratelimit
 import ratelimit.sync
+from ratelimit import memory
 from ratelimit.memory import MemoryNotMeasurableError, listpack_threshold, probe
 
 
@@ -167,3 +169,220 @@ def test_async_clients_are_refused():
     client = redis.asyncio.Redis(host="127.0.0.1", port=1)
     with pytest.raises(TypeError, match="synchronous"):
         probe(client, "log", 10)
+
+
+# Tables: measure, store, read back, size a fleet ------------------------------------
+
+CSV_HEADER = ",".join(memory.TABLE_COLUMNS)
+
+
+def _table(rows: list[tuple]) -> pd.DataFrame:
+    """A small table as `memory_table` makes it, from (algorithm, format, limit, bytes)."""
+    return pd.DataFrame(
+        [
+            {
+                "algorithm": a,
+                "member_format": f,
+                "limit": n,
+                "entries": n,
+                "encoding": "listpack",
+                "bytes_per_key": b,
+                "bytes_per_entry": b / n,
+                "redis_version": "7.0.15",
+                "listpack_threshold": 128,
+            }
+            for a, f, n, b in rows
+        ]
+    ).astype(memory._TABLE_DTYPES)
+
+
+SMALL = [
+    ("log", "script", 10, 248),
+    ("log", "script", 1000, 101_656),
+    ("log", "classic", 10, 536),
+    ("log", "classic", 1000, 118_112),
+    ("gcra", "", 10, 88),
+    ("gcra", "", 1000, 88),
+]
+
+
+def test_memory_table_measures_every_variant_and_limit(real, prefix, threshold):
+    table = memory.memory_table(real, lambda t: [10, t, t + 1, 10], prefix=prefix)
+    assert list(table.columns) == list(memory.TABLE_COLUMNS)
+    variants = list(dict.fromkeys(zip(table.algorithm, table.member_format, strict=True)))
+    assert variants == [
+        ("log", "script"),
+        ("log", "classic"),
+        ("fw", ""),
+        ("swc", ""),
+        ("gcra", ""),
+    ]
+    assert (
+        table.groupby(["algorithm", "member_format"])
+        .limit.apply(list)
+        .map(lambda v: v == [10, threshold, threshold + 1])
+        .all()
+    )
+    log = table[table.algorithm == "log"].set_index(["member_format", "limit"])
+    assert log.loc[("script", threshold), "encoding"] == "listpack"
+    assert log.loc[("script", threshold + 1), "encoding"] == "skiplist"
+    assert (log.entries == log.index.get_level_values("limit")).all()
+    assert (table.bytes_per_entry == table.bytes_per_key / table.entries).all()
+    assert set(table.listpack_threshold) == {threshold}
+    assert set(table.redis_version) == {memory.redis_version(real)}
+    assert _keys(real, prefix) == []
+
+
+def test_memory_table_takes_a_subset(real, prefix):
+    table = memory.memory_table(
+        real,
+        [5, 3, 5],
+        ["gcra", ratelimit.SlidingWindowLimiter],
+        member_formats="classic",
+        prefix=prefix,
+    )
+    assert list(zip(table.algorithm, table.member_format, table.limit, strict=True)) == [
+        ("gcra", "", 3),
+        ("gcra", "", 5),
+        ("log", "classic", 3),
+        ("log", "classic", 5),
+    ]
+
+
+def test_redis_version_is_the_servers(real):
+    assert memory.redis_version(real) == real.info("server")["redis_version"]
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (([],), {}, "limits must not be empty"),
+        (("10",), {}, "limits must be a sequence"),
+        (([10, 0],), {}, "limit must be a positive integer"),
+        (([2_000_000],), {}, "above the sliding log's maximum"),
+        (([10], []), {}, "algorithms must not be empty"),
+        (([10], ["leaky"]), {}, "unknown algorithm"),
+        (([10],), {"member_formats": ["short"]}, "member_formats must be"),
+        (([10],), {"member_formats": []}, "member_formats must be"),
+    ],
+)
+def test_memory_table_refuses_bad_arguments_before_touching_redis(args, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        memory.memory_table(OFFLINE, *args, **kwargs)
+
+
+def test_memory_table_refuses_fakeredis():
+    with pytest.raises(MemoryNotMeasurableError):
+        memory.memory_table(fakeredis.FakeRedis(), [10])
+
+
+def test_a_saved_table_loads_back_equal(tmp_path):
+    table = _table(SMALL)
+    path = memory.save_table(table, tmp_path / "deeper" / "t.csv")
+    text = path.read_text()
+    assert text.splitlines()[0] == CSV_HEADER
+    assert "\ngcra,,10,10,listpack,88,8.8,7.0.15,128\n" in text
+    assert "\r" not in text
+    loaded = memory.load_table(path)
+    pd.testing.assert_frame_equal(loaded, table)
+    assert loaded.member_format.tolist() == ["script", "script", "classic", "classic", "", ""]
+
+
+def test_loading_a_table_without_its_columns_fails(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("algorithm,limit\nlog,10\n")
+    with pytest.raises(ValueError, match="lacks the column"):
+        memory.load_table(path)
+
+
+def test_measured_or_stored_measures_and_refreshes_the_file(real, prefix, tmp_path):
+    path = tmp_path / "data" / "memory.csv"
+    path.parent.mkdir()
+    path.write_text("stale\n")
+    result = memory.measured_or_stored(real, path, [4, 8], ["log", "fw"], prefix=prefix)
+    assert (result.source, result.reason) == ("measured", "")
+    assert result.table.limit.tolist() == [4, 8, 4, 8, 4, 8]
+    pd.testing.assert_frame_equal(memory.load_table(path), result.table)
+    assert _keys(real, prefix) == []
+
+
+def test_measured_or_stored_can_leave_the_file_alone(real, prefix, tmp_path):
+    path = tmp_path / "memory.csv"
+    result = memory.measured_or_stored(real, path, [4], "gcra", save=False, prefix=prefix)
+    assert result.source == "measured" and not path.exists()
+
+
+@pytest.mark.parametrize("client", [None, fakeredis.FakeRedis()], ids=["none", "fakeredis"])
+def test_measured_or_stored_falls_back_to_the_stored_table(client, tmp_path):
+    path = memory.save_table(_table(SMALL), tmp_path / "memory.csv")
+    result = memory.measured_or_stored(client, path, [1, 2, 3])
+    assert result.source == "stored"
+    assert ("fakeredis" in result.reason) if client else ("no Redis server" in result.reason)
+    pd.testing.assert_frame_equal(result.table, _table(SMALL))  # as stored, whatever limits
+
+
+def test_measured_or_stored_without_either_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no Redis server .* no stored table at"):
+        memory.measured_or_stored(None, tmp_path / "missing.csv", [10])
+
+
+def test_measured_or_stored_does_not_hide_connection_errors(tmp_path):
+    path = memory.save_table(_table(SMALL), tmp_path / "memory.csv")
+    with pytest.raises(redis.exceptions.ConnectionError):
+        memory.measured_or_stored(OFFLINE, path, [10])
+
+
+def test_fleet_memory_multiplies_bytes_per_key_by_keys():
+    fleet = memory.fleet_memory(_table(SMALL), [10**7, 1_000, 1_000], limits=[1000])
+    assert list(fleet.columns) == [
+        "algorithm",
+        "member_format",
+        "limit",
+        "bytes_per_key",
+        "active_keys",
+        "total_bytes",
+    ]
+    assert fleet.active_keys.tolist() == [1_000, 10**7] * 3
+    assert (fleet.limit == 1000).all()
+    assert (fleet.total_bytes == fleet.bytes_per_key * fleet.active_keys).all()
+    ours = fleet[(fleet.algorithm == "log") & (fleet.member_format == "script")]
+    assert ours.total_bytes.tolist() == [101_656_000, 1_016_560_000_000]
+    assert fleet.total_bytes.dtype == "int64"
+    assert len(memory.fleet_memory(_table(SMALL), [5])) == len(SMALL)  # every limit
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"active_keys": []}, "active_keys must not be empty"),
+        ({"active_keys": [0]}, "active_keys must be a positive integer"),
+        ({"active_keys": [10], "limits": [100]}, r"no log \(script\) key at limit\(s\) \[100\]"),
+    ],
+)
+def test_fleet_memory_refuses_what_it_cannot_answer(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        memory.fleet_memory(_table(SMALL), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (0, "0 B"),
+        (88, "88 B"),
+        (999, "999 B"),
+        (1000, "0.98 KiB"),
+        (88_000, "85.9 KiB"),
+        (2_480_000_000, "2.31 GiB"),
+        (1.02e12, "950 GiB"),
+        (1_016_560_000_000, "947 GiB"),
+        (1_184_800_000_000, "1.08 TiB"),
+    ],
+)
+def test_format_bytes(n, text):
+    assert memory.format_bytes(n) == text
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), "1", True])
+def test_format_bytes_refuses_non_counts(bad):
+    with pytest.raises(ValueError, match="non-negative number of bytes"):
+        memory.format_bytes(bad)

@@ -1,0 +1,252 @@
+"""A private, throw-away redis-server on a free loopback port.
+
+For notebooks that need a real Redis (memory figures) when none is configured, and for
+tests that restart, stop or break a server without touching anyone else's:
+
+    from ratelimit.server import RedisServer
+
+    if RedisServer.available():                   # redis-server on PATH?
+        with RedisServer() as server:             # started on enter, stopped on exit
+            client = server.client()              # or redis.Redis.from_url(server.url)
+            client.ping()
+
+The server keeps nothing on disk (`--save '' --appendonly no`), listens on 127.0.0.1
+only, and runs in a working directory of its own: a new temporary one (removed by
+`close()` and on leaving the `with` block) unless `workdir` is given. `stop()` ends
+exactly the process this object started, by its PID, and `restart()` brings it back
+on the same port, empty. A server still running when the Python process exits is
+stopped then too.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import redis
+import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+__all__ = ["RedisServer", "free_port"]
+
+EXECUTABLE = "redis-server"
+_START_ATTEMPTS = 3  # a free port can be taken by someone else before the server binds it
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """One redis-server process: start, wait until it answers, stop by PID, restart.
+
+    - `workdir`: where the server runs and writes its log (`redis-<port>.log`); by
+      default a temporary directory of its own, removed by `close()`.
+    - `port`: default a free loopback port, chosen at the first `start()` and kept
+      by `restart()` so that clients can reconnect to the same `url`.
+    - `args`: extra `redis-server` options, e.g. `("--maxmemory", "10mb")`.
+    """
+
+    def __init__(
+        self,
+        workdir: str | Path | None = None,
+        port: int | None = None,
+        *,
+        args: tuple[str, ...] | list[str] = (),
+        executable: str = EXECUTABLE,
+    ) -> None:
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir is not None else None
+        self._fixed_port = port is not None
+        self.port = port if port is not None else free_port()
+        self.args = tuple(args)
+        self.executable = executable
+        self.process: subprocess.Popen[bytes] | None = None
+        # Stops the process when this object is collected or the interpreter exits
+        # (`weakref.finalize` runs at exit); it holds a one-element box, never `self`.
+        self._proc_box: list[subprocess.Popen[bytes] | None] = [None]
+        self._finalizer = weakref.finalize(self, _terminate, self._proc_box)
+
+    # Queries -----------------------------------------------------------------------
+
+    @staticmethod
+    def available(executable: str = EXECUTABLE) -> bool:
+        """True when `redis-server` (or `executable`) is on PATH."""
+        return shutil.which(executable) is not None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A synchronous client for this server (keyword arguments go to `from_url`)."""
+        return redis.Redis.from_url(self.url, **kwargs)
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"RedisServer(port={self.port}, {state})"
+
+    # Life cycle --------------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        """Start the server and return once it answers (a no-op if it runs).
+
+        Raises `FileNotFoundError` when the executable is missing and `RuntimeError`
+        (with the end of the server's log) when it exits or stays silent.
+        """
+        if self.running:
+            return self
+        if not self.available(self.executable):
+            raise FileNotFoundError(f"{self.executable} is not on PATH")
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="ratelimit-redis-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        # Only a port this object picked itself, and only before it was ever used, may
+        # be swapped for another when someone else grabbed it first.
+        attempts = 1 if self._fixed_port else _START_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once(timeout)
+                self._fixed_port = True  # from now on restarts keep this port and URL
+                return self
+            except _PortTaken:
+                if attempt == attempts:
+                    raise RuntimeError(self._failure("exited at start (port taken?)")) from None
+                self.port = free_port()
+        return self
+
+    def _options(self) -> list[str]:
+        options = {
+            "port": str(self.port),
+            "bind": "127.0.0.1",
+            "save": "",  # no snapshots
+            "appendonly": "no",  # no append-only file
+            "dir": str(self.workdir),
+            "enable-debug-command": "local",  # DEBUG SLEEP etc., from loopback only
+        }
+        return [part for name, value in options.items() for part in (f"--{name}", value)]
+
+    def _start_once(self, timeout: float) -> None:
+        assert self.workdir is not None
+        with open(self._log_path(), "ab") as log:
+            self.process = subprocess.Popen(
+                [self.executable, *self._options(), *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self._proc_box[0] = self.process
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(  # no retries of its own: this loop is the retry
+            host="127.0.0.1",
+            port=self.port,
+            socket_timeout=0.5,
+            socket_connect_timeout=0.5,
+            retry=Retry(NoBackoff(), 0),
+        )
+        try:
+            while True:
+                if self.process.poll() is not None:
+                    self.process = self._proc_box[0] = None
+                    if "Address already in use" in self._log_tail():
+                        raise _PortTaken
+                    raise RuntimeError(self._failure("exited at start"))
+                try:
+                    # Our process, not another server already listening on the port.
+                    if client.info("server").get("process_id") == self.process.pid:
+                        return
+                except redis.exceptions.RedisError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(self._failure(f"did not answer within {timeout} s"))
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the process this object started (SIGTERM, then SIGKILL); a no-op if none."""
+        process, self.process = self.process, None
+        self._proc_box[0] = None
+        if process is not None:
+            _stop_process(process, timeout)
+
+    def restart(self) -> None:
+        """Stop and start again on the same port: the data set is gone afterwards."""
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop the server and remove its working directory if this object made it."""
+        self.stop()
+        if self._own_workdir and self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # Diagnostics -------------------------------------------------------------------
+
+    def _log_path(self) -> Path:
+        assert self.workdir is not None
+        return self.workdir / f"redis-{self.port}.log"
+
+    def _log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self._log_path().read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _failure(self, what: str) -> str:
+        where = f"{self.executable} on 127.0.0.1:{self.port}"
+        return f"{where} {what}; its log ends:\n{self._log_tail()}"
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _stop_process(process: subprocess.Popen[bytes], timeout: float) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _terminate(box: list[subprocess.Popen[bytes] | None]) -> None:
+    process = box[0]
+    if process is not None:
+        box[0] = None
+        _stop_process(process, 5.0)
