@@ -31,7 +31,7 @@ PAGE = """<!DOCTYPE html>
          padding: 0 1rem; line-height: 1.5; color: #222; }}
   h1 {{ font-size: 1.6rem; margin-bottom: 0.2rem; }}
   p.lead {{ color: #555; margin-top: 0; }}
-  ol {{ padding-left: 1.4rem; }}
+  ol {{ padding-left: 0; list-style: none; }}  /* chapter titles carry their own numbers */
   li {{ margin: 0.4rem 0; }}
   a {{ color: #0b5cad; text-decoration: none; }}
   a:hover {{ text-decoration: underline; }}
