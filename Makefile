@@ -26,6 +26,8 @@ XDIST_ARGS := $(if $(word 4,$(TEST_NOTEBOOKS)),-n 2 --dist loadfile)
 ROOT_ARGS  := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 PYTEST_ARGS ?=
+SERVE_PORT  ?= 8000
+SERVE_ARGS  ?=
 BENCH_ARGS  ?=
 LAB_ARGS    ?=
 
@@ -40,7 +42,7 @@ run: export RATELIMIT_SAVE_MEASUREMENTS = 1
 export UV_LINK_MODE ?= copy
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock test run lab bench lint clean
+.PHONY: help setup lock test run lab serve bench lint clean
 
 # help: list the targets.
 help:
@@ -48,6 +50,7 @@ help:
 	@echo "make test    run tests/ and the notebooks (nbval strict); PYTEST_ARGS=... is passed on"
 	@echo "make run     execute notebooks/[0-9]*.ipynb in place and build $(REPORT_DIR)/"
 	@echo "make lab     start JupyterLab on notebooks/"
+	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
 	@echo "make bench   run python -m ratelimit.bench; BENCH_ARGS=... is passed on"
 	@echo "make lint    ruff check ratelimit tests tools"
 	@echo "make lock    regenerate $(LOCK) from pyproject.toml (all extras, Python 3.11)"
@@ -94,6 +97,10 @@ endif
 lab: setup
 	@mkdir -p notebooks
 	jupyter lab --ServerApp.root_dir=notebooks --ip 127.0.0.1 --no-browser $(ROOT_ARGS) $(LAB_ARGS)
+
+# serve: the demo API on loopback; REDIS_URL picks a real Redis, else the embedded one.
+serve: setup
+	$(VPY) -m ratelimit.demo --host 127.0.0.1 --port $(SERVE_PORT) $(SERVE_ARGS)
 
 # bench: the library's benchmark module.
 bench: setup

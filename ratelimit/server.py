@@ -171,8 +171,10 @@ class RedisServer:
                         raise _PortTaken
                     raise RuntimeError(self._failure("exited at start"))
                 try:
-                    # Our process, not another server already listening on the port.
-                    if client.info("server").get("process_id") == self.process.pid:
+                    # Our process, not another server already listening on the port,
+                    # and done loading any data set (until then it answers LOADING).
+                    info = client.info()
+                    if info.get("process_id") == self.process.pid and not info.get("loading"):
                         return
                 except redis.exceptions.RedisError:
                     pass

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import ratelimit.sync
 from ratelimit import SlidingWindowLimiter
 from ratelimit.clock import ManualClock
+from ratelimit.teaching import NonAtomicSlidingLog
 
 
 async def test_twelve_requests_at_ten_per_second(client, prefix):
@@ -123,30 +124,13 @@ async def test_fifty_concurrent_checks_admit_exactly_the_limit(client, prefix):
         assert await client.zcard(limiter.key_for("alice")) == 10
 
 
-class NonAtomicSlidingLog:
-    """The classic mistake, for this test only: trim, count and add as separate calls."""
-
-    def __init__(self, client, limit: int, key: str) -> None:
-        self.client, self.limit, self.key = client, limit, key
-        self.counter = 0
-
-    async def check(self) -> bool:
-        now = int(time.time() * 1000)
-        self.counter += 1
-        await self.client.zremrangebyscore(self.key, "-inf", now - 1000)
-        if await self.client.zcard(self.key) >= self.limit:
-            return False
-        await self.client.zadd(self.key, {f"{now}:{self.counter}": now})
-        return True
-
-
 async def test_non_atomic_variant_over_admits_on_real_redis(real_redis_url, prefix):
     client = redis.asyncio.Redis.from_url(real_redis_url)
     try:
         over = []
         for round_ in range(5):
-            naive = NonAtomicSlidingLog(client, 10, f"{prefix}:naive:{round_}")
-            over.append(sum(await asyncio.gather(*(naive.check() for _ in range(50)))))
+            naive = NonAtomicSlidingLog(client, 1, 10, prefix=f"{prefix}:naive:{round_}")
+            over.append(sum(await asyncio.gather(*(naive.check("alice") for _ in range(50)))))
         assert max(over) > 10, over
     finally:
         await client.aclose()

@@ -1,0 +1,533 @@
+"""A small spatial API behind the rate limiter: map tiles and geofence look-ups.
+
+    python -m ratelimit.demo                       # http://127.0.0.1:8000/docs
+    uvicorn ratelimit.demo:app --no-proxy-headers  # the same app (uvicorn's own options)
+
+Routes, each with its own sliding-log budget per client (the `x-api-key` header, else
+the address; see `ratelimit.http`):
+
+- `GET /within?lng=&lat=&radius=`: 10 units per second; a look-up costs 1 up to 500 m,
+  then by area (`traffic.geofence_cost`, at most 10). Redis down: 503 (fail-closed,
+  since each look-up holds a database connection).
+- `GET /tiles/{z}/{x}/{y}.png`: 100 per second, 1 each. Redis down: served anyway
+  (fail-open, tiles are cheap), marked `X-RateLimit-Degraded: fail-open`.
+
+`/`, `/healthz`, `/docs` and `/openapi.json` are not limited. Malformed parameters get
+422 before the limiter is asked, so they cost nothing.
+
+`create_app(redis=None, ...)` builds the app: `redis` is an asyncio client, by default
+`ratelimit.connect()` (`REDIS_URL`, else an embedded fakeredis, closed again when the
+app shuts down). `clock=` takes a virtual clock for simulations. `app` (for uvicorn) is
+`create_app()`, made on first use.
+
+uvicorn rewrites the client address from `X-Forwarded-For` itself when the peer is
+127.0.0.1 unless started with `--no-proxy-headers`: run it so, and name the proxies
+to believe with `create_app(trusted_proxies=...)` (`--trusted-proxy` here), so that
+one place decides. `python -m ratelimit.demo` does that.
+
+`DemoServer` runs this app under uvicorn in a subprocess on a free loopback port, for
+tests and notebooks, and stops it by its PID.
+"""
+
+# No `from __future__ import annotations` here: the routes in create_app use local
+# dependencies in Annotated[...], which FastAPI must see evaluated.
+import argparse
+import math
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+import zlib
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from types import TracebackType
+from typing import Annotated, Any, Self
+
+from fastapi import Depends, FastAPI, Query, Request, Response
+from fastapi import Path as PathParam
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from . import clock as clocks
+from .backends import connect
+from .http import RateLimit, RateLimitInfo, install, rate_limit
+from .limiters import SlidingWindowLimiter
+from .server import free_port
+from .traffic import geofence_cost
+
+__all__ = ["DemoServer", "create_app", "tile_png"]
+
+CENTER = (13.405, 52.52)  # lng, lat of the synthetic point set (central Berlin)
+POINTS_RADIUS_M = 5_000.0  # points are spread over a disc of this radius
+MAX_RADIUS_M = 50_000.0  # largest look-up accepted
+MAX_ZOOM = 22
+TILE_SIZE = 256
+EARTH_RADIUS_M = 6_371_008.8
+GEOFENCE_MAX_COST = 10
+MAX_POINTS_RETURNED = 20
+
+
+# --- the tile -----------------------------------------------------------------------
+
+
+def _png_chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+
+@lru_cache(maxsize=1024)
+def tile_png(z: int, x: int, y: int, size: int = TILE_SIZE) -> bytes:
+    """A `size` x `size` RGB PNG for tile (z, x, y): a colour of its own, a grid border."""
+    seed = zlib.crc32(f"{z}/{x}/{y}".encode())
+    fill = bytes((96 + seed % 128, 96 + (seed >> 8) % 128, 96 + (seed >> 16) % 128))
+    edge = bytes(max(0, c - 64) for c in fill)
+    border_row = b"\x00" + edge * size
+    inner_row = b"\x00" + edge + fill * (size - 2) + edge
+    raw = border_row + inner_row * (size - 2) + border_row
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)  # 8-bit RGB
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", zlib.compress(raw, 6))
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+@dataclass(frozen=True)
+class Tile:
+    z: int
+    x: int
+    y: int
+
+
+def tile_params(
+    z: Annotated[int, PathParam(ge=0, le=MAX_ZOOM, description="zoom level")],
+    x: Annotated[int, PathParam(ge=0, description="column, 0 .. 2^z - 1")],
+    y: Annotated[int, PathParam(ge=0, description="row, 0 .. 2^z - 1")],
+) -> Tile:
+    """The validated tile address (x and y must lie on the zoom level's grid)."""
+    errors = [
+        {
+            "type": "less_than",
+            "loc": ("path", name),
+            "msg": f"Input should be less than {2**z} at zoom {z}",
+            "input": value,
+            "ctx": {"lt": 2**z},
+        }
+        for name, value in (("x", x), ("y", y))
+        if value >= 2**z
+    ]
+    if errors:
+        raise RequestValidationError(errors)
+    return Tile(z, x, y)
+
+
+def tile_cost(tile: Annotated[Tile, Depends(tile_params)]) -> int:
+    """Every tile costs 1; depending on `tile_params` validates the path before pricing."""
+    return 1
+
+
+# --- the geofence ---------------------------------------------------------------------
+
+
+class Point(BaseModel):
+    id: int
+    lng: float
+    lat: float
+    distance_m: float
+
+
+class WithinResult(BaseModel):
+    lng: float
+    lat: float
+    radius_m: float
+    cost: int
+    count: int
+    points: list[Point]
+
+
+@dataclass(frozen=True)
+class WithinQuery:
+    lng: float
+    lat: float
+    radius: float
+
+
+def within_params(
+    lng: Annotated[float, Query(ge=-180, le=180, allow_inf_nan=False, description="degrees")],
+    lat: Annotated[float, Query(ge=-90, le=90, allow_inf_nan=False, description="degrees")],
+    radius: Annotated[
+        float, Query(gt=0, le=MAX_RADIUS_M, allow_inf_nan=False, description="metres")
+    ],
+) -> WithinQuery:
+    return WithinQuery(lng, lat, radius)
+
+
+def seeded_points(n: int, seed: int) -> list[tuple[float, float]]:
+    """`n` (lng, lat) points spread evenly over a disc of 5 km around `CENTER`."""
+    rng = random.Random(seed)
+    lng0, lat0 = CENTER
+    metres_per_degree = math.pi * EARTH_RADIUS_M / 180
+    points = []
+    for _ in range(n):
+        r = POINTS_RADIUS_M * math.sqrt(rng.random())
+        theta = 2 * math.pi * rng.random()
+        dlat = r * math.sin(theta) / metres_per_degree
+        dlng = r * math.cos(theta) / (metres_per_degree * math.cos(math.radians(lat0)))
+        points.append((round(lng0 + dlng, 6), round(lat0 + dlat, 6)))
+    return points
+
+
+def distance_m(lng1: float, lat1: float, lng2: float, lat2: float) -> float:
+    """Great-circle (haversine) distance in metres."""
+    p1, p2 = math.radians(lat1), math.radians(lat2)
+    dp, dl = p2 - p1, math.radians(lng2 - lng1)
+    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 2 * EARTH_RADIUS_M * math.asin(min(1.0, math.sqrt(a)))
+
+
+# --- the app --------------------------------------------------------------------------
+
+
+def create_app(
+    redis: Any = None,
+    *,
+    clock: clocks.Clock = clocks.DEFAULT,
+    window_s: int = 1,
+    within_limit: int = 10,
+    tiles_limit: int = 100,
+    within_on_error: str = "deny",
+    tiles_on_error: str = "allow",
+    trusted_proxies: Iterable[str] = (),
+    legacy_headers: bool = True,
+    prefix: str = "demo",
+    timeout: float = 1.0,
+    points: int = 2_000,
+    seed: int = 0,
+) -> FastAPI:
+    """The demo API with one limiter per route, built once for the app's lifetime.
+
+    `redis`: an asyncio Redis client; None connects with `ratelimit.connect()` (REDIS_URL,
+    else embedded) and closes that client when the app shuts down. `clock`: where the
+    limiters read the time (a `ratelimit.clock.ManualClock` for virtual time). The rest
+    sets the budgets, the failure policies and the synthetic point set.
+    """
+    owned = redis is None
+    if owned:
+        redis = connect()
+    common = {"clock": clock, "timeout": timeout}
+    within_limiter = SlidingWindowLimiter(
+        redis, window_s, within_limit, prefix, on_error=within_on_error, **common
+    )
+    tiles_limiter = SlidingWindowLimiter(
+        redis, window_s, tiles_limit, prefix, on_error=tiles_on_error, **common
+    )
+    max_cost = min(GEOFENCE_MAX_COST, within_limit)
+
+    def within_cost(query: Annotated[WithinQuery, Depends(within_params)]) -> int:
+        return geofence_cost(query.radius, max_cost=max_cost)
+
+    limits = {
+        "geofence": rate_limit(
+            within_limiter,
+            scope="geofence",
+            cost=Depends(within_cost),
+            trusted_proxies=trusted_proxies,
+            legacy_headers=legacy_headers,
+        ),
+        "tiles": rate_limit(
+            tiles_limiter,
+            scope="tiles",
+            cost=Depends(tile_cost),
+            trusted_proxies=trusted_proxies,
+            legacy_headers=legacy_headers,
+        ),
+    }
+    point_set = seeded_points(points, seed)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if owned:
+            await redis.aclose()
+
+    app = FastAPI(
+        title="Rate-limit lab demo",
+        summary="Map tiles and geofence look-ups behind a Redis sliding-log rate limiter.",
+        description=(
+            "Every limited response carries `RateLimit-Policy` and `RateLimit` "
+            "(draft-ietf-httpapi-ratelimit-headers); a rejection is 429 with "
+            "`Retry-After` and an `application/problem+json` body. Clients are told "
+            "apart by `x-api-key`, else by address."
+        ),
+        version="1.0",
+        lifespan=lifespan,
+    )
+    install(app)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own 422 body, without repeats: a parameter used by both the route
+        # and its cost dependency is reported by each.
+        unique: list[Any] = []
+        for error in jsonable_encoder(exc.errors()):
+            if error not in unique:
+                unique.append(error)
+        return JSONResponse({"detail": unique}, status_code=422)
+
+    app.state.redis = redis
+    app.state.limits = limits
+    app.state.points = point_set
+
+    within_limit_dep: RateLimit = limits["geofence"]
+    tiles_limit_dep: RateLimit = limits["tiles"]
+
+    @app.get("/", summary="What this API serves and its limits")
+    async def index() -> dict[str, Any]:
+        return {
+            "routes": {
+                "/within?lng=&lat=&radius=": {"policy": within_limit_dep.policy},
+                "/tiles/{z}/{x}/{y}.png": {"policy": tiles_limit_dep.policy},
+            },
+            "docs": "/docs",
+        }
+
+    @app.get("/healthz", summary="Liveness (not rate limited, no Redis)")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get(
+        "/within",
+        summary="Points within a radius (a geofence look-up)",
+        response_model=WithinResult,
+        responses={429: {"description": "Quota exceeded"}, 503: {"description": "No limiter"}},
+    )
+    async def within(
+        query: Annotated[WithinQuery, Depends(within_params)],
+        limit: Annotated[RateLimitInfo, Depends(within_limit_dep)],
+    ) -> WithinResult:
+        found = []
+        for i, (lng, lat) in enumerate(point_set):
+            d = distance_m(query.lng, query.lat, lng, lat)
+            if d <= query.radius:
+                found.append((d, i, lng, lat))
+        found.sort()
+        return WithinResult(
+            lng=query.lng,
+            lat=query.lat,
+            radius_m=query.radius,
+            cost=limit.cost,
+            count=len(found),
+            points=[
+                Point(id=i, lng=lng, lat=lat, distance_m=round(d, 1))
+                for d, i, lng, lat in found[:MAX_POINTS_RETURNED]
+            ],
+        )
+
+    @app.get(
+        "/tiles/{z}/{x}/{y}.png",
+        summary="A map tile (a generated PNG)",
+        response_class=Response,
+        responses={
+            200: {"content": {"image/png": {}}, "description": "The tile"},
+            429: {"description": "Quota exceeded"},
+        },
+    )
+    async def tile(
+        tile: Annotated[Tile, Depends(tile_params)],
+        limit: Annotated[RateLimitInfo, Depends(tiles_limit_dep)],
+    ) -> Response:
+        # A Response returned as is loses the headers dependencies set: pass them on.
+        return Response(
+            tile_png(tile.z, tile.x, tile.y), media_type="image/png", headers=limit.headers
+        )
+
+    return app
+
+
+_app: FastAPI | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # `ratelimit.demo:app` for uvicorn, made on first use (importing this module for
+    # `create_app` connects to nothing).
+    global _app
+    if name == "app":
+        if _app is None:
+            _app = create_app()
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --- a server in a subprocess ------------------------------------------------------------
+
+
+class DemoServer:
+    """`uvicorn ratelimit.demo:app` on a free loopback port, stopped by its PID.
+
+        with DemoServer() as server:          # started on enter, answering /healthz
+            httpx.get(server.url + "/within?lng=13.4&lat=52.5&radius=500")
+
+    `redis_url=None` runs the server on the embedded backend (REDIS_URL removed from
+    its environment); a URL points it at that Redis. The server's output goes to a log
+    file of its own, quoted when it fails to start. A server still running when this
+    Python process exits is stopped then.
+    """
+
+    def __init__(self, *, redis_url: str | None = None, args: Iterable[str] = ()) -> None:
+        self.redis_url = redis_url
+        self.args = tuple(args)
+        self.port: int | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._workdir: Path | None = None
+        self._box: list[subprocess.Popen[bytes] | None] = [None]
+        self._finalizer = weakref.finalize(self, _terminate, self._box)
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the server has not been started")
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def command(self, port: int) -> list[str]:
+        return [
+            sys.executable, "-m", "uvicorn", "ratelimit.demo:app",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--no-proxy-headers", "--log-level", "warning", *self.args,
+        ]  # fmt: skip
+
+    def start(self, timeout: float = 30.0) -> Self:
+        """Start the server and return once `/healthz` answers (RuntimeError if it won't)."""
+        if self.running:
+            return self
+        import httpx
+
+        env = dict(os.environ)
+        env.pop("REDIS_URL", None)
+        if self.redis_url is not None:
+            env["REDIS_URL"] = self.redis_url
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="ratelimit-demo-"))
+        for _attempt in range(3):  # a free port can be taken before uvicorn binds it
+            self.port = free_port()
+            log_path = self._workdir / f"uvicorn-{self.port}.log"
+            with open(log_path, "ab") as log:
+                self.process = subprocess.Popen(
+                    self.command(self.port),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                )
+            self._box[0] = self.process
+            deadline = time.monotonic() + timeout
+            while self.process.poll() is None and time.monotonic() < deadline:
+                try:
+                    if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
+            text = log_path.read_text(errors="replace")
+            self.stop()
+            if "address already in use" not in text.lower():
+                tail = "\n".join(text.splitlines()[-15:])
+                self.close()
+                raise RuntimeError(
+                    f"uvicorn did not start within {timeout} s; its log ends:\n{tail}"
+                )
+        self.close()
+        raise RuntimeError("uvicorn could not bind a free port in 3 attempts")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the process this object started (SIGTERM, then SIGKILL); a no-op if none."""
+        process, self.process = self.process, None
+        self._box[0] = None
+        if process is not None:
+            _stop(process, timeout)
+
+    def close(self) -> None:
+        self.stop()
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"DemoServer(port={self.port}, {state})"
+
+
+def _stop(process: subprocess.Popen[bytes], timeout: float) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _terminate(box: list[subprocess.Popen[bytes] | None]) -> None:
+    process = box[0]
+    if process is not None:
+        box[0] = None
+        _stop(process, 5.0)
+
+
+# --- python -m ratelimit.demo ----------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m ratelimit.demo",
+        description="Serve the rate-limited demo API (REDIS_URL picks a real Redis, "
+        "else the embedded one).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="believe X-Forwarded-For from this address or network (repeatable)",
+    )
+    args = parser.parse_args(argv)
+
+    import uvicorn
+
+    application = create_app(trusted_proxies=args.trusted_proxy)
+    # proxy_headers=False: the app alone decides whose X-Forwarded-For to believe.
+    uvicorn.run(application, host=args.host, port=args.port, proxy_headers=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,531 @@
+"""Rate limits on FastAPI / Starlette routes: a dependency, the standard headers, and
+errors answered as `application/problem+json`.
+
+    import ratelimit
+    from fastapi import Depends, FastAPI
+    from ratelimit.http import install, rate_limit
+
+    app = FastAPI()
+    install(app)                                        # 429/503/4xx as problem+json
+    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(), 1, 10, on_error="deny")
+    geofence = rate_limit(limiter, scope="geofence")    # one limiter for the app's lifetime
+
+    @app.get("/within", dependencies=[Depends(geofence)])
+    async def within(...): ...
+
+What a request goes through (`RateLimit.__call__`):
+
+1. **Identity.** The `x-api-key` header if present and not empty, else the client's
+   address. `X-Forwarded-For` is read only when the peer that connected is one of
+   `trusted_proxies`: then the address is the right-most entry that is not itself a
+   trusted proxy, so whatever a client writes to the left of what its proxies appended
+   changes nothing. From any other peer the header is ignored. IPv6 addresses count per
+   /64 (`ipv6_prefix`), since one client usually holds a whole /64. An API key longer
+   than `max_api_key_bytes` (256) answers 431, more than one `x-api-key` header 400;
+   neither reaches Redis. The limiter hashes the identity into its key, so API keys are
+   not stored readable in Redis. (The key is not authenticated here: a client that
+   invents keys gets a fresh budget per key, so check keys before this, or limit by
+   address only with `api_key_header=None`.)
+2. **Cost.** `cost=` is an int, a function of the `Request` (sync or async), or a
+   FastAPI dependency, `Depends(fn)`, whose own parameters FastAPI validates first: a
+   malformed request then gets 422 and never touches Redis. A cost above the limit
+   could never pass and answers 400.
+3. **Check.** One `limiter.check(scope + identity, cost)`: one script call, atomic in
+   Redis. The limiter is built once per app and reused (its script is loaded once,
+   not per request).
+4. **Answer.** Allowed: the endpoint runs, and its response carries `RateLimit-Policy`
+   and `RateLimit` (plus `RateLimit-Limit/-Remaining/-Reset` with
+   `legacy_headers=True`). Rejected: 429 with `Retry-After` (whole seconds, rounded
+   up) and the same fields, body `application/problem+json`.
+
+When Redis cannot answer, the limiter's `on_error` decides, mapped to HTTP:
+
+- `"allow"` (fail-open): the request goes through, marked
+  `X-RateLimit-Degraded: fail-open`, and a warning is logged on `ratelimit.http`;
+- `"deny"` (fail-closed): 503 with `Retry-After: 1`, marked
+  `X-RateLimit-Degraded: fail-closed`, and a warning;
+- `"raise"`: the same 503: `RateLimiterUnavailable` never becomes a 500.
+
+Any other exception from the check is treated like an unavailable Redis, under the
+limiter's policy. 503 rather than 429: the client did nothing wrong, the server
+cannot vouch for its budget right now. A degraded answer carries `RateLimit-Policy`
+but no `RateLimit` field, since nobody knows the remaining quota.
+
+Header fields follow draft-ietf-httpapi-ratelimit-headers (-10/-11), as Structured
+Field lists whose policy name is the route scope:
+
+    RateLimit-Policy: "geofence";q=10;w=1      quota q units per window of w seconds
+    RateLimit: "geofence";r=0;t=1              r units left; t seconds of effective window
+
+`t` is the time until the whole quota is back when allowed (`Decision.reset_after`),
+and equals `Retry-After` when rejected (the draft asks that Retry-After not point
+earlier than the end of the effective window). A cost-weighted request takes `cost`
+units of `q`.
+
+Endpoints that return their own `Response` object (FastAPI then drops the headers
+a dependency set) take the dependency's value, a `RateLimitInfo`, and pass
+`headers=info.headers`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import ipaddress
+import logging
+import math
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastapi import HTTPException, Request, Response
+from fastapi.params import Depends as DependsParam
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from .decision import Decision
+from .errors import RateLimiterUnavailable
+
+__all__ = [
+    "API_KEY_HEADER",
+    "DEGRADED_HEADER",
+    "MAX_API_KEY_BYTES",
+    "PROBLEM_JSON",
+    "QUOTA_EXCEEDED",
+    "ClientIdentity",
+    "Problem",
+    "RateLimit",
+    "RateLimitInfo",
+    "install",
+    "problem_response",
+    "rate_limit",
+]
+
+log = logging.getLogger("ratelimit.http")
+
+PROBLEM_JSON = "application/problem+json"
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+"""Problem type for 429, as registered by draft-ietf-httpapi-ratelimit-headers."""
+API_KEY_HEADER = "x-api-key"
+MAX_API_KEY_BYTES = 256
+DEGRADED_HEADER = "X-RateLimit-Degraded"
+UNAVAILABLE_RETRY_AFTER_S = 1
+
+_SCOPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+CostFunction = Callable[[Request], int | Awaitable[int]]
+
+
+# --- problem+json -----------------------------------------------------------------------
+
+
+class Problem(HTTPException):
+    """An HTTP error answered as `application/problem+json` (RFC 9457) once `install`ed.
+
+    Without `install(app)` FastAPI's own handler still answers with the same status and
+    headers, as plain JSON `{"detail": ...}`.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str,
+        *,
+        type: str = "about:blank",
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(status_code=status, detail=detail, headers=headers)
+        self.title = title
+        self.type = type
+        self.extra = dict(extra or {})
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "title": self.title,
+            "status": self.status_code,
+            "detail": self.detail,
+            **self.extra,
+        }
+
+
+def problem_response(problem: Problem) -> JSONResponse:
+    """The problem as a response: its status, its headers, an RFC 9457 body."""
+    return JSONResponse(
+        problem.body(),
+        status_code=problem.status_code,
+        headers=problem.headers,
+        media_type=PROBLEM_JSON,
+    )
+
+
+async def _problem_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Problem)
+    return problem_response(exc)
+
+
+def install(app: Any) -> None:
+    """Answer every `Problem` (429, 503, 400, 431 from `RateLimit`) as problem+json."""
+    app.add_exception_handler(Problem, _problem_handler)
+
+
+# --- who is asking ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientIdentity:
+    """Who a request is counted against: an API key, or a client address."""
+
+    kind: Literal["key", "address"]
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.value}"
+
+
+def _networks(values: Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    if isinstance(values, str):
+        values = [values]
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(str(value).strip(), strict=False))
+        except ValueError:
+            raise ValueError(
+                f"trusted_proxies must hold IP addresses or networks, got {value!r}"
+            ) from None
+    return tuple(networks)
+
+
+def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An address from a peer or an X-Forwarded-For entry (ports and brackets allowed)."""
+    text = text.strip().strip('"')
+    if text.startswith("["):  # "[2001:db8::1]:443"
+        text = text[1:].split("]", 1)[0]
+    elif text.count(":") == 1:  # "192.0.2.1:443"
+        text = text.split(":", 1)[0]
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+# --- the dependency -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateLimitInfo:
+    """What the dependency hands the endpoint about an admitted request."""
+
+    scope: str
+    identity: ClientIdentity
+    cost: int
+    decision: Decision
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def degraded(self) -> bool:
+        return self.decision.degraded
+
+
+class RateLimit:
+    """A FastAPI dependency that admits or rejects each request (see the module doc).
+
+    Build it once per app with `rate_limit(...)` and use it as `Depends(instance)`.
+    """
+
+    def __init__(
+        self,
+        limiter: Any,
+        *,
+        scope: str = "default",
+        cost: int | CostFunction | DependsParam = 1,
+        trusted_proxies: Iterable[str] = (),
+        api_key_header: str | None = API_KEY_HEADER,
+        max_api_key_bytes: int = MAX_API_KEY_BYTES,
+        ipv6_prefix: int = 64,
+        legacy_headers: bool = False,
+    ) -> None:
+        if not isinstance(scope, str) or not _SCOPE.fullmatch(scope):
+            raise ValueError(
+                "scope must be 1 to 64 characters of letters, digits, '.', '_' or '-' "
+                f"(it names the policy in the headers), got {scope!r}"
+            )
+        if not callable(getattr(limiter, "check", None)):
+            raise ValueError(f"limiter must have a check(identity, cost) method, got {limiter!r}")
+        if isinstance(max_api_key_bytes, bool) or not isinstance(max_api_key_bytes, int):
+            raise ValueError(f"max_api_key_bytes must be an integer, got {max_api_key_bytes!r}")
+        if max_api_key_bytes < 1:
+            raise ValueError(f"max_api_key_bytes must be >= 1, got {max_api_key_bytes}")
+        if isinstance(ipv6_prefix, bool) or not isinstance(ipv6_prefix, int):
+            raise ValueError(f"ipv6_prefix must be an integer, got {ipv6_prefix!r}")
+        if not 1 <= ipv6_prefix <= 128:
+            raise ValueError(f"ipv6_prefix must be from 1 to 128, got {ipv6_prefix}")
+        self.limiter = limiter
+        self.scope = scope
+        self.trusted_proxies = _networks(trusted_proxies)
+        self.api_key_header = api_key_header.lower().encode("latin-1") if api_key_header else None
+        self.max_api_key_bytes = max_api_key_bytes
+        self.ipv6_prefix = ipv6_prefix
+        self.legacy_headers = bool(legacy_headers)
+        self._check_is_async = inspect.iscoroutinefunction(limiter.check)
+
+        # The draft's window is whole seconds; a sub-second window is advertised as 1 s.
+        self.window_s = max(1, math.ceil(limiter.window_ms / 1000))
+        self.policy = f'"{scope}";q={limiter.limit};w={self.window_s}'
+
+        self._fixed_cost: int | None = None
+        self._cost_function: CostFunction | None = None
+        parameters = [
+            inspect.Parameter(
+                "request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request
+            ),
+            inspect.Parameter(
+                "response", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Response
+            ),
+        ]
+        if isinstance(cost, DependsParam):
+            # FastAPI solves (and validates) the cost's own parameters before calling us.
+            parameters.append(
+                inspect.Parameter(
+                    "cost", inspect.Parameter.KEYWORD_ONLY, default=cost, annotation=int
+                )
+            )
+        elif callable(cost):
+            self._cost_function = cost
+        else:
+            self._fixed_cost = limiter.validate_cost(cost)
+        # What FastAPI reads to decide what to inject: only these, never query parameters.
+        self.__signature__ = inspect.Signature(parameters, return_annotation=RateLimitInfo)
+
+    def __repr__(self) -> str:
+        return f"RateLimit(scope={self.scope!r}, {self.limiter!r})"
+
+    # -- identity ---------------------------------------------------------------------
+
+    def identify(self, request: Request) -> ClientIdentity:
+        """The API key, else the client address (see the module doc); 400/431 if unusable."""
+        if self.api_key_header is not None:
+            keys = [
+                v for k, v in request.scope.get("headers", ()) if k.lower() == self.api_key_header
+            ]
+            if len(keys) > 1:
+                raise self._bad_request(400, "Bad Request", "send at most one API key header")
+            if keys and keys[0].strip():
+                key = keys[0].strip()
+                if len(key) > self.max_api_key_bytes:
+                    raise self._bad_request(
+                        431,
+                        "Request Header Fields Too Large",
+                        f"the API key is {len(key)} bytes long; at most "
+                        f"{self.max_api_key_bytes} are accepted",
+                    )
+                return ClientIdentity("key", key.decode("latin-1"))
+        return ClientIdentity("address", self.client_address(request))
+
+    def client_address(self, request: Request) -> str:
+        """The client's address: the peer, or what trusted proxies say it forwarded for."""
+        peer = _parse_ip(request.client.host) if request.client else None
+        if peer is None:
+            return request.client.host if request.client and request.client.host else "unknown"
+        address = peer
+        if self._trusted(peer):
+            forwarded = ",".join(request.headers.getlist("x-forwarded-for"))
+            hops = [hop for hop in forwarded.split(",") if hop.strip()]
+            # Right to left: each trusted hop vouches for the entry before it. Stop at the
+            # first hop that is not a trusted proxy; anything further left is the client's
+            # own say. An entry that is not an address ends the walk at the hop that wrote it.
+            for hop in reversed(hops):
+                ip = _parse_ip(hop)
+                if ip is None:
+                    break
+                address = ip
+                if not self._trusted(ip):
+                    break
+        return self._group(address)
+
+    def _trusted(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        return any(ip in network for network in self.trusted_proxies)
+
+    def _group(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+        if isinstance(ip, ipaddress.IPv6Address) and self.ipv6_prefix < 128:
+            return str(ipaddress.ip_network(f"{ip}/{self.ipv6_prefix}", strict=False))
+        return str(ip)
+
+    def limiter_identity(self, identity: ClientIdentity) -> str:
+        """What the limiter is asked about: the scope and the identity, so routes never
+        share a budget even when they share a limiter's prefix."""
+        return f"{self.scope}:{identity}"
+
+    def key_for(self, api_key: str | None = None, *, address: str | None = None) -> str:
+        """The Redis key holding the budget of `api_key` (or of `address`) in this scope."""
+        if (api_key is None) == (address is None):
+            raise ValueError("give exactly one of api_key and address")
+        identity = (
+            ClientIdentity("key", api_key)
+            if api_key is not None
+            else ClientIdentity("address", address)  # type: ignore[arg-type]
+        )
+        return self.limiter.key_for(self.limiter_identity(identity))
+
+    # -- headers ----------------------------------------------------------------------
+
+    def headers_for(self, decision: Decision) -> dict[str, str]:
+        """The rate-limit header fields for a decision (Retry-After when rejected)."""
+        headers = {"RateLimit-Policy": self.policy}
+        if decision.degraded:
+            return headers
+        remaining = max(0, decision.remaining)
+        window = decision.reset_after if decision.allowed else decision.retry_after
+        headers["RateLimit"] = f'"{self.scope}";r={remaining};t={window}'
+        if self.legacy_headers:
+            headers["RateLimit-Limit"] = str(decision.limit)
+            headers["RateLimit-Remaining"] = str(remaining)
+            headers["RateLimit-Reset"] = str(window)
+        if not decision.allowed:
+            headers["Retry-After"] = str(decision.retry_after)
+        return headers
+
+    # -- the request ------------------------------------------------------------------
+
+    async def __call__(
+        self, request: Request, response: Response, cost: Any = None
+    ) -> RateLimitInfo:
+        identity = self.identify(request)
+        cost = await self._cost(request, cost)
+        decision = await self._check(request, identity, cost)
+        headers = self.headers_for(decision)
+        if decision.degraded:
+            headers[DEGRADED_HEADER] = "fail-closed" if not decision.allowed else "fail-open"
+        if not decision.allowed:
+            if decision.degraded:
+                raise self._unavailable(decision, headers)
+            raise self._too_many(decision, cost, headers)
+        response.headers.update(headers)
+        info = RateLimitInfo(self.scope, identity, cost, decision, headers)
+        request.state.rate_limit = info
+        return info
+
+    async def _cost(self, request: Request, solved: Any) -> int:
+        if self._fixed_cost is not None:
+            return self._fixed_cost
+        value = solved
+        if self._cost_function is not None:
+            try:
+                value = self._cost_function(request)
+                if inspect.isawaitable(value):
+                    value = await value
+            except ValueError:
+                raise self._bad_request(
+                    400, "Bad Request", "the request's cost could not be computed from it"
+                ) from None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TypeError(f"a cost function must return an int >= 1, got {value!r}")
+        if value > self.limiter.limit:
+            raise self._bad_request(
+                400,
+                "Bad Request",
+                f"this request costs {value} units, more than the {self.limiter.limit} "
+                "allowed per window: it could never be admitted",
+            )
+        return value
+
+    async def _check(self, request: Request, identity: ClientIdentity, cost: int) -> Decision:
+        who = self.limiter_identity(identity)
+        reason = ""
+        try:
+            if self._check_is_async:
+                decision = await self.limiter.check(who, cost)
+            else:
+                decision = await run_in_threadpool(self.limiter.check, who, cost)
+        except RateLimiterUnavailable as exc:  # on_error="raise"
+            reason = f": {exc}"
+            decision = self._degraded(allowed=False)
+        except Exception as exc:  # anything else: never a 500 because the limiter failed
+            reason = f": rate limit check failed: {type(exc).__name__}: {exc}"
+            decision = self._degraded(allowed=getattr(self.limiter, "on_error", None) == "allow")
+        if decision.degraded:
+            outcome = (
+                "let through unchecked (fail-open)"
+                if decision.allowed
+                else "answered 503 (fail-closed)"
+            )
+            log.warning(
+                "rate limiter unavailable: %s %s %s, scope %s%s",
+                request.method,
+                request.url.path,
+                outcome,
+                self.scope,
+                reason,
+            )
+        return decision
+
+    def _degraded(self, *, allowed: bool) -> Decision:
+        retry_ms = 0 if allowed else UNAVAILABLE_RETRY_AFTER_S * 1000
+        return Decision(allowed, self.limiter.limit, 0, retry_ms, retry_ms, degraded=True)
+
+    def _too_many(self, decision: Decision, cost: int, headers: dict[str, str]) -> Problem:
+        retry = decision.retry_after
+        return Problem(
+            429,
+            "Quota Exceeded",
+            f'Policy "{self.scope}" allows {self.limiter.limit} units per {self.window_s} s; '
+            f"this request costs {cost} and {max(0, decision.remaining)} remain. "
+            f"Retry after {retry} s.",
+            type=QUOTA_EXCEEDED,
+            headers=headers,
+            extra={"retry_after": retry, "violated-policies": [self.scope]},
+        )
+
+    def _unavailable(self, decision: Decision, headers: dict[str, str]) -> Problem:
+        retry = decision.retry_after  # the failure policy's 1 s
+        return Problem(
+            503,
+            "Service Unavailable",
+            "The rate limiter could not be consulted, so the request was not served. "
+            f"Retry after {retry} s.",
+            headers={**headers, "Retry-After": str(retry)},
+            extra={"retry_after": retry},
+        )
+
+    def _bad_request(self, status: int, title: str, detail: str) -> Problem:
+        return Problem(status, title, detail)
+
+
+def rate_limit(
+    limiter: Any,
+    *,
+    scope: str = "default",
+    cost: int | CostFunction | DependsParam = 1,
+    trusted_proxies: Iterable[str] = (),
+    api_key_header: str | None = API_KEY_HEADER,
+    max_api_key_bytes: int = MAX_API_KEY_BYTES,
+    ipv6_prefix: int = 64,
+    legacy_headers: bool = False,
+) -> RateLimit:
+    """A dependency limiting a route with `limiter` (built once, shared by all requests).
+
+    - `scope`: the policy's name in the headers; routes with different scopes never
+      share a budget.
+    - `cost`: an int, `fn(request) -> int` (or async), or `Depends(fn)`.
+    - `trusted_proxies`: addresses or networks whose `X-Forwarded-For` is believed.
+    - `api_key_header`: the header naming the client (None: addresses only);
+      `max_api_key_bytes`: longer keys answer 431.
+    - `ipv6_prefix`: IPv6 clients without a key count per prefix (default /64).
+    - `legacy_headers`: also send `RateLimit-Limit`, `-Remaining` and `-Reset`.
+    """
+    return RateLimit(
+        limiter,
+        scope=scope,
+        cost=cost,
+        trusted_proxies=trusted_proxies,
+        api_key_header=api_key_header,
+        max_api_key_bytes=max_api_key_bytes,
+        ipv6_prefix=ipv6_prefix,
+        legacy_headers=legacy_headers,
+    )
