@@ -34,10 +34,11 @@ Every function validates its input and raises ValueError naming the parameter.
 from __future__ import annotations
 
 import math
-import numbers
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from . import validation
 
 if TYPE_CHECKING:  # pandas is only needed by `bytes_per_key` (the "sim" extra)
     import pandas as pd
@@ -94,47 +95,15 @@ SCRIPT_COMMANDS: dict[str, ScriptCommands] = {
 # --- input checks -------------------------------------------------------------------
 
 
-def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return value
-
-
-def _positive(name: str, value: Any) -> float:
-    value = _number(name, value)
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return value
-
-
-def _non_negative(name: str, value: Any) -> float:
-    value = _number(name, value)
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return value
-
-
-def _count(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    value = int(value)
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 def _share(name: str, value: Any) -> float:
-    value = _number(name, value)
+    value = validation.number(name, value)
     if not 0 <= value <= 1:
         raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
     return value
 
 
 def _headroom(value: Any) -> float:
-    value = _number("headroom", value)
+    value = validation.number("headroom", value)
     if not 0 <= value < 1:
         raise ValueError(f"headroom must be >= 0 and < 1 (a share kept free), got {value!r}")
     return value
@@ -158,7 +127,7 @@ def script_commands(
     counts = SCRIPT_COMMANDS[_algorithm(algorithm)]
     if not isinstance(allowed, bool):
         raise ValueError(f"allowed must be True or False, got {allowed!r}")
-    cost = _count("cost", cost)
+    cost = validation.count("cost", cost)
     extra = 1 if redis_clock else 0
     if not allowed:
         return counts.reject + extra
@@ -176,7 +145,7 @@ def mean_script_commands(
     are admitted, with mean cost `mean_admitted_cost` (>= 1) among those."""
     counts = SCRIPT_COMMANDS[_algorithm(algorithm)]
     share = _share("admitted_share", admitted_share)
-    cost = _number("mean_admitted_cost", mean_admitted_cost)
+    cost = validation.number("mean_admitted_cost", mean_admitted_cost)
     if cost < 1:
         raise ValueError(f"mean_admitted_cost must be >= 1, got {mean_admitted_cost!r}")
     admit = counts.admit + counts.per_extra_unit * (cost - 1)
@@ -192,12 +161,16 @@ def log_members(
     """Members a sliding-log key holds: `limit` when full (no rate given, the worst
     case), else the steady state of a client sending `rate_per_key` requests per
     second (cost 1) over a window of `window_s` seconds, `min(rate * window, limit)`."""
-    limit = _count("limit", limit)
+    limit = validation.count("limit", limit)
     if rate_per_key is None and window_s is None:
         return float(limit)
     if rate_per_key is None or window_s is None:
         raise ValueError("give both rate_per_key and window_s, or neither (a full key)")
-    return min(_positive("rate_per_key", rate_per_key) * _positive("window_s", window_s), limit)
+    return min(
+        validation.positive("rate_per_key", rate_per_key)
+        * validation.positive("window_s", window_s),
+        limit,
+    )
 
 
 def bytes_per_key(
@@ -213,7 +186,7 @@ def bytes_per_key(
     row a log key grows at that row's bytes per member and an O(1) key stays as it is.
     """
     algorithm = _algorithm(algorithm)
-    entries = _number("entries", entries)
+    entries = validation.number("entries", entries)
     if entries < 1:
         raise ValueError(f"entries must be >= 1 (an empty key does not exist), got {entries!r}")
     columns = ("algorithm", "member_format", "entries", "bytes_per_key")
@@ -242,9 +215,9 @@ def fleet_memory_bytes(
 ) -> float:
     """Memory for `active_keys` keys of `bytes_per_key` each, plus `key_overhead_bytes`
     of bookkeeping per key: `active_keys * (bytes_per_key + key_overhead_bytes)`."""
-    keys = _count("active_keys", active_keys)
-    per_key = _positive("bytes_per_key", bytes_per_key)
-    overhead = _non_negative("key_overhead_bytes", key_overhead_bytes)
+    keys = validation.count("active_keys", active_keys)
+    per_key = validation.positive("bytes_per_key", bytes_per_key)
+    overhead = validation.non_negative("key_overhead_bytes", key_overhead_bytes)
     return keys * (per_key + overhead)
 
 
@@ -253,29 +226,33 @@ def fleet_memory_bytes(
 
 def checks_per_second(active_keys: int, rate_per_key: float) -> float:
     """Checks (EVALSHA calls) per second: every request is checked, admitted or not."""
-    return _count("active_keys", active_keys) * _non_negative("rate_per_key", rate_per_key)
+    return validation.count("active_keys", active_keys) * validation.non_negative(
+        "rate_per_key", rate_per_key
+    )
 
 
 def redis_cpu_cores(checks_per_s: float, us_per_check: float) -> float:
     """Redis CPU the scripts use, in cores busy: `checks_per_s * us_per_check / 1e6`."""
-    checks = _non_negative("checks_per_s", checks_per_s)
-    return checks * _positive("us_per_check", us_per_check) / 1e6
+    checks = validation.non_negative("checks_per_s", checks_per_s)
+    return checks * validation.positive("us_per_check", us_per_check) / 1e6
 
 
 def shard_checks_per_second(throughput_ceiling: float, us_per_check: float) -> float:
     """Checks per second one Redis can serve: the measured end-to-end
     `throughput_ceiling`, or fewer when script time alone (`us_per_check`
     microseconds of its single thread per check) fills a second first."""
-    ceiling = _positive("throughput_ceiling", throughput_ceiling)
-    return min(ceiling, 1e6 / _positive("us_per_check", us_per_check))
+    ceiling = validation.positive("throughput_ceiling", throughput_ceiling)
+    return min(ceiling, 1e6 / validation.positive("us_per_check", us_per_check))
 
 
 def shards_needed(demand: float, capacity_per_shard: float, headroom: float = 0.0) -> int:
     """Shards (one Redis each) needed so that none runs above `1 - headroom` of
     `capacity_per_shard`: `ceil(demand / (capacity * (1 - headroom)))`, at least 1.
     Demand and capacity in the same unit (bytes, or checks per second)."""
-    demand = _non_negative("demand", demand)
-    usable = _positive("capacity_per_shard", capacity_per_shard) * (1 - _headroom(headroom))
+    demand = validation.non_negative("demand", demand)
+    usable = validation.positive("capacity_per_shard", capacity_per_shard) * (
+        1 - _headroom(headroom)
+    )
     # Rounded first, so that 0.1 * 3 / 0.3 style float noise does not add a shard.
     return max(1, math.ceil(round(demand / usable, 9)))
 
@@ -293,12 +270,12 @@ def keys_per_shard(
     fits its memory and what its checks per second allow (no rate limit on keys that
     send nothing: then memory alone decides)."""
     free = 1 - _headroom(headroom)
-    per_key = _positive("bytes_per_key", bytes_per_key) + _non_negative(
+    per_key = validation.positive("bytes_per_key", bytes_per_key) + validation.non_negative(
         "key_overhead_bytes", key_overhead_bytes
     )
-    by_memory = _positive("shard_memory_bytes", shard_memory_bytes) * free / per_key
-    rate = _non_negative("rate_per_key", rate_per_key)
-    ops = _positive("shard_checks_per_s", shard_checks_per_s) * free
+    by_memory = validation.positive("shard_memory_bytes", shard_memory_bytes) * free / per_key
+    rate = validation.non_negative("rate_per_key", rate_per_key)
+    ops = validation.positive("shard_checks_per_s", shard_checks_per_s) * free
     by_ops = ops / rate if rate > 0 else math.inf
     return math.floor(round(min(by_memory, by_ops), 9))
 
@@ -345,16 +322,16 @@ def plan_fleet(
     check, by default the admit path (`script_commands(algorithm, True)`), the costlier.
     """
     algorithm = _algorithm(algorithm)
-    keys = _count("active_keys", active_keys)
-    rate = _non_negative("rate_per_key", rate_per_key)
+    keys = validation.count("active_keys", active_keys)
+    rate = validation.non_negative("rate_per_key", rate_per_key)
     headroom = _headroom(headroom)
     memory = fleet_memory_bytes(keys, bytes_per_key, key_overhead_bytes=key_overhead_bytes)
     checks = checks_per_second(keys, rate)
     if commands_per_check is None:
         commands_per_check = script_commands(algorithm, True)
-    commands = _non_negative("commands_per_check", commands_per_check)
+    commands = validation.non_negative("commands_per_check", commands_per_check)
     per_shard = shard_checks_per_second(shard_checks_per_s, us_per_check)
-    shard_memory = _positive("shard_memory_bytes", shard_memory_bytes)
+    shard_memory = validation.positive("shard_memory_bytes", shard_memory_bytes)
     for_memory = shards_needed(memory, shard_memory, headroom)
     for_checks = shards_needed(checks, per_shard, headroom)
     return CapacityPlan(

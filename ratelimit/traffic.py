@@ -22,12 +22,13 @@ replay that adds its own start time should pick a whole multiple of the window, 
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from . import validation
 
 __all__ = [
     "GEOFENCE_FREE_RADIUS_M",
@@ -60,39 +61,6 @@ _NS_PER_S = 10**9
 # --- parameter checks ---------------------------------------------------------------
 
 
-def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return value
-
-
-def _positive(name: str, value: Any) -> float:
-    """A finite number > 0 (rates in requests/s, durations in s)."""
-    value = _number(name, value)
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return value
-
-
-def _non_negative(name: str, value: Any) -> float:
-    value = _number(name, value)
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return value
-
-
-def _count(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    value = int(value)
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 def _identity(value: Any, name: str = "identity") -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} must be a non-empty string, got {value!r}")
@@ -100,7 +68,7 @@ def _identity(value: Any, name: str = "identity") -> str:
 
 
 def _rng(seed: Any) -> np.random.Generator:
-    return np.random.default_rng(_count("seed", seed, minimum=0))
+    return np.random.default_rng(validation.count("seed", seed, minimum=0))
 
 
 def _expected(rate: float, duration: float, rate_name: str = "rate") -> None:
@@ -215,10 +183,10 @@ def poisson(
     in [0, duration); ``identity`` the client; ``seed``; ``replicas`` (>= 1) API replicas
     that take the requests in turn (request i goes to replica i % replicas). Cost 1.
     """
-    rate = _positive("rate", rate)
-    duration = _positive("duration", duration)
+    rate = validation.positive("rate", rate)
+    duration = validation.positive("duration", duration)
     identity = _identity(identity)
-    replicas = _count("replicas", replicas)
+    replicas = validation.count("replicas", replicas)
     _expected(rate, duration)
     times = _arrivals(_rng(seed), rate, duration)
     return _frame(times, identity, 1, np.arange(len(times)) % replicas)
@@ -241,10 +209,10 @@ def on_off(
     ``duration`` seconds (> 0). Cost 1, replica 0. The long-run mean rate is
     ``rate_on * on / (on + off)``.
     """
-    rate_on = _positive("rate_on", rate_on)
-    on = _positive("on", on)
-    off = _non_negative("off", off)
-    duration = _positive("duration", duration)
+    rate_on = validation.positive("rate_on", rate_on)
+    on = validation.positive("on", on)
+    off = validation.non_negative("off", off)
+    duration = validation.positive("duration", duration)
     identity = _identity(identity)
     period = on + off
     full_cycles, rest = divmod(duration, period)
@@ -291,13 +259,13 @@ def boundary_attack(
     With the defaults and ``limit=10`` the times floor to 990, 991, ... 999 ms and
     1000, ... 1009 ms. Requests before a boundary are always strictly before it.
     """
-    limit = _count("limit", limit)
-    window = _positive("window", window)
-    boundary = _non_negative("boundary", boundary)
-    spread = _positive("spread", spread)
+    limit = validation.count("limit", limit)
+    window = validation.positive("window", window)
+    boundary = validation.non_negative("boundary", boundary)
+    spread = validation.positive("spread", spread)
     identity = _identity(identity)
-    cycles = _count("cycles", cycles)
-    _count("seed", seed, minimum=0)
+    cycles = validation.count("cycles", cycles)
+    validation.count("seed", seed, minimum=0)
     if spread > window:
         raise ValueError(f"spread must be <= window ({window!r} s), got {spread!r}")
     if boundary < spread:
@@ -353,10 +321,10 @@ def zipf_fleet(
     (the most popular), ``"client-00002"`` ... zero-padded to at least 5 digits.
     Cost 1, replica 0.
     """
-    clients = _count("clients", clients)
-    total_rate = _positive("total_rate", total_rate)
-    duration = _positive("duration", duration)
-    exponent = _non_negative("exponent", exponent)
+    clients = validation.count("clients", clients)
+    total_rate = validation.positive("total_rate", total_rate)
+    duration = validation.positive("duration", duration)
+    exponent = validation.non_negative("exponent", exponent)
     _expected(total_rate, duration, "total_rate")
     rng = _rng(seed)
     times = _arrivals(rng, total_rate, duration)
@@ -381,8 +349,8 @@ def geofence_cost(radius_m: float, max_cost: int = 10) -> int:
     A limiter must allow at least ``max_cost`` per window, or the largest look-ups
     could never pass.
     """
-    radius_m = _non_negative("radius_m", radius_m)
-    max_cost = _count("max_cost", max_cost)
+    radius_m = validation.non_negative("radius_m", radius_m)
+    max_cost = validation.count("max_cost", max_cost)
     return int(_geofence_costs(np.array([radius_m]), max_cost)[0])
 
 
@@ -406,13 +374,13 @@ def geofence_mix(
     within 500 m (cost 1), about 1% beyond 1.5 km (cost 10), and none beyond 5 km. ``cost`` is
     ``geofence_cost(radius_m, max_cost)``. Replica 0.
     """
-    rate = _positive("rate", rate)
-    duration = _positive("duration", duration)
+    rate = validation.positive("rate", rate)
+    duration = validation.positive("duration", duration)
     identity = _identity(identity)
-    median_radius_m = _positive("median_radius_m", median_radius_m)
-    radius_sigma = _non_negative("radius_sigma", radius_sigma)
-    max_radius_m = _positive("max_radius_m", max_radius_m)
-    max_cost = _count("max_cost", max_cost)
+    median_radius_m = validation.positive("median_radius_m", median_radius_m)
+    radius_sigma = validation.non_negative("radius_sigma", radius_sigma)
+    max_radius_m = validation.positive("max_radius_m", max_radius_m)
+    max_cost = validation.count("max_cost", max_cost)
     _expected(rate, duration)
     rng = _rng(seed)
     times = _arrivals(rng, rate, duration)
@@ -431,9 +399,9 @@ def replica_clocks(replicas: int = 3, max_offset: float = 0.05, drift_ppm: float
     furthest behind and slowest, the last replica the furthest ahead and fastest. A
     single replica keeps true time (offset 0, drift 0).
     """
-    replicas = _count("replicas", replicas)
-    max_offset = _non_negative("max_offset", max_offset)
-    drift_ppm = _non_negative("drift_ppm", drift_ppm)
+    replicas = validation.count("replicas", replicas)
+    max_offset = validation.non_negative("max_offset", max_offset)
+    drift_ppm = validation.non_negative("drift_ppm", drift_ppm)
     if drift_ppm >= 1e6:
         raise ValueError(f"drift_ppm must be < 1,000,000 (a clock that runs), got {drift_ppm}")
     return pd.DataFrame(
@@ -467,8 +435,8 @@ def skewed_replicas(
     the request, in seconds; the replica stamps the request at ``time + clock_offset``.
     ``time`` stays true time and the frame is sorted by it. Cost 1.
     """
-    rate = _positive("rate", rate)
-    duration = _positive("duration", duration)
+    rate = validation.positive("rate", rate)
+    duration = validation.positive("duration", duration)
     identity = _identity(identity)
     clocks = replica_clocks(replicas, max_offset, drift_ppm)
     _expected(rate, duration)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 MAX_WINDOW_MS = 366 * 24 * 3600 * 1000  # a year: longer windows are a configuration slip
@@ -76,3 +78,43 @@ def timeout(value: Any) -> float:
     if not 0 < value <= 3600:
         raise ValueError(f"timeout must be > 0 and <= 3600 seconds, got {value}")
     return float(value)
+
+
+# Simulation and planning parameters (rates, durations, shares) may be fractional;
+# these checks give them the same clear messages as the limiter's own.
+
+
+def number(name: str, value: Any) -> float:
+    """A finite real number, as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def positive(name: str, value: Any) -> float:
+    """A finite number > 0 (rates in requests/s, durations in s)."""
+    value = number(name, value)
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return value
+
+
+def non_negative(name: str, value: Any) -> float:
+    """A finite number >= 0."""
+    value = number(name, value)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return value
+
+
+def count(name: str, value: Any, minimum: int = 1) -> int:
+    """An integer (numpy integers too) >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
