@@ -35,20 +35,14 @@ import argparse
 import math
 import os
 import random
-import shutil
 import struct
-import subprocess
 import sys
-import tempfile
 import time
-import weakref
 import zlib
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
-from types import TracebackType
 from typing import Annotated, Any, Self
 
 from fastapi import Depends, FastAPI, Query, Request, Response
@@ -62,7 +56,7 @@ from . import clock as clocks
 from .backends import connect
 from .http import RateLimit, RateLimitInfo, install, rate_limit
 from .limiters import SlidingWindowLimiter
-from .server import free_port
+from .process import LocalProcess, free_port
 from .traffic import geofence_cost
 
 __all__ = ["DemoServer", "create_app", "tile_png"]
@@ -371,7 +365,7 @@ def __getattr__(name: str) -> Any:
 # --- a server in a subprocess ------------------------------------------------------------
 
 
-class DemoServer:
+class DemoServer(LocalProcess):
     """`uvicorn ratelimit.demo:app` on a free loopback port, stopped by its PID.
 
         with DemoServer() as server:          # started on enter, answering /healthz
@@ -384,27 +378,15 @@ class DemoServer:
     """
 
     def __init__(self, *, redis_url: str | None = None, args: Iterable[str] = ()) -> None:
+        super().__init__()
         self.redis_url = redis_url
         self.args = tuple(args)
-        self.port: int | None = None
-        self.process: subprocess.Popen[bytes] | None = None
-        self._workdir: Path | None = None
-        self._box: list[subprocess.Popen[bytes] | None] = [None]
-        self._finalizer = weakref.finalize(self, _terminate, self._box)
 
     @property
     def url(self) -> str:
         if self.port is None:
             raise RuntimeError("the server has not been started")
         return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     def command(self, port: int) -> list[str]:
         return [
@@ -423,22 +405,13 @@ class DemoServer:
         env.pop("REDIS_URL", None)
         if self.redis_url is not None:
             env["REDIS_URL"] = self.redis_url
-        if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="ratelimit-demo-"))
+        workdir = self._workdir("ratelimit-demo-")
         for _attempt in range(3):  # a free port can be taken before uvicorn binds it
             self.port = free_port()
-            log_path = self._workdir / f"uvicorn-{self.port}.log"
-            with open(log_path, "ab") as log:
-                self.process = subprocess.Popen(
-                    self.command(self.port),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                )
-            self._box[0] = self.process
+            log_path = workdir / f"uvicorn-{self.port}.log"
+            process = self._spawn(self.command(self.port), log_path, env)
             deadline = time.monotonic() + timeout
-            while self.process.poll() is None and time.monotonic() < deadline:
+            while process.poll() is None and time.monotonic() < deadline:
                 try:
                     if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
                         return self
@@ -455,51 +428,6 @@ class DemoServer:
                 )
         self.close()
         raise RuntimeError("uvicorn could not bind a free port in 3 attempts")
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the process this object started (SIGTERM, then SIGKILL); a no-op if none."""
-        process, self.process = self.process, None
-        self._box[0] = None
-        if process is not None:
-            _stop(process, timeout)
-
-    def close(self) -> None:
-        self.stop()
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = f"pid {self.pid}" if self.running else "stopped"
-        return f"DemoServer(port={self.port}, {state})"
-
-
-def _stop(process: subprocess.Popen[bytes], timeout: float) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _terminate(box: list[subprocess.Popen[bytes] | None]) -> None:
-    process = box[0]
-    if process is not None:
-        box[0] = None
-        _stop(process, 5.0)
 
 
 # --- python -m ratelimit.demo ----------------------------------------------------------

@@ -21,13 +21,8 @@ stopped then too.
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import tempfile
 import time
-import weakref
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import redis
@@ -35,20 +30,15 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .process import LocalProcess, free_port
+
 __all__ = ["RedisServer", "free_port"]
 
 EXECUTABLE = "redis-server"
 _START_ATTEMPTS = 3  # a free port can be taken by someone else before the server binds it
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
+class RedisServer(LocalProcess):
     """One redis-server process: start, wait until it answers, stop by PID, restart.
 
     - `workdir`: where the server runs and writes its log (`redis-<port>.log`); by
@@ -66,17 +56,10 @@ class RedisServer:
         args: tuple[str, ...] | list[str] = (),
         executable: str = EXECUTABLE,
     ) -> None:
-        self._own_workdir = workdir is None
-        self.workdir = Path(workdir) if workdir is not None else None
+        super().__init__(workdir, port if port is not None else free_port())
         self._fixed_port = port is not None
-        self.port = port if port is not None else free_port()
         self.args = tuple(args)
         self.executable = executable
-        self.process: subprocess.Popen[bytes] | None = None
-        # Stops the process when this object is collected or the interpreter exits
-        # (`weakref.finalize` runs at exit); it holds a one-element box, never `self`.
-        self._proc_box: list[subprocess.Popen[bytes] | None] = [None]
-        self._finalizer = weakref.finalize(self, _terminate, self._proc_box)
 
     # Queries -----------------------------------------------------------------------
 
@@ -89,21 +72,9 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def client(self, **kwargs: Any) -> redis.Redis:
         """A synchronous client for this server (keyword arguments go to `from_url`)."""
         return redis.Redis.from_url(self.url, **kwargs)
-
-    def __repr__(self) -> str:
-        state = f"pid {self.pid}" if self.running else "stopped"
-        return f"RedisServer(port={self.port}, {state})"
 
     # Life cycle --------------------------------------------------------------------
 
@@ -117,9 +88,7 @@ class RedisServer:
             return self
         if not self.available(self.executable):
             raise FileNotFoundError(f"{self.executable} is not on PATH")
-        if self.workdir is None:
-            self.workdir = Path(tempfile.mkdtemp(prefix="ratelimit-redis-"))
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._workdir("ratelimit-redis-")
         # Only a port this object picked itself, and only before it was ever used, may
         # be swapped for another when someone else grabbed it first.
         attempts = 1 if self._fixed_port else _START_ATTEMPTS
@@ -146,15 +115,7 @@ class RedisServer:
         return [part for name, value in options.items() for part in (f"--{name}", value)]
 
     def _start_once(self, timeout: float) -> None:
-        assert self.workdir is not None
-        with open(self._log_path(), "ab") as log:
-            self.process = subprocess.Popen(
-                [self.executable, *self._options(), *self.args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        self._proc_box[0] = self.process
+        process = self._spawn([self.executable, *self._options(), *self.args], self._log_path())
         deadline = time.monotonic() + timeout
         client = redis.Redis(  # no retries of its own: this loop is the retry
             host="127.0.0.1",
@@ -165,8 +126,8 @@ class RedisServer:
         )
         try:
             while True:
-                if self.process.poll() is not None:
-                    self.process = self._proc_box[0] = None
+                if process.poll() is not None:
+                    self.process = self._box[0] = None
                     if "Address already in use" in self._log_tail():
                         raise _PortTaken
                     raise RuntimeError(self._failure("exited at start"))
@@ -174,7 +135,7 @@ class RedisServer:
                     # Our process, not another server already listening on the port,
                     # and done loading any data set (until then it answers LOADING).
                     info = client.info()
-                    if info.get("process_id") == self.process.pid and not info.get("loading"):
+                    if info.get("process_id") == process.pid and not info.get("loading"):
                         return
                 except redis.exceptions.RedisError:
                     pass
@@ -185,35 +146,10 @@ class RedisServer:
         finally:
             client.close()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the process this object started (SIGTERM, then SIGKILL); a no-op if none."""
-        process, self.process = self.process, None
-        self._proc_box[0] = None
-        if process is not None:
-            _stop_process(process, timeout)
-
     def restart(self) -> None:
         """Stop and start again on the same port: the data set is gone afterwards."""
         self.stop()
         self.start()
-
-    def close(self) -> None:
-        """Stop the server and remove its working directory if this object made it."""
-        self.stop()
-        if self._own_workdir and self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # Diagnostics -------------------------------------------------------------------
 
@@ -235,20 +171,3 @@ class RedisServer:
 
 class _PortTaken(Exception):
     pass
-
-
-def _stop_process(process: subprocess.Popen[bytes], timeout: float) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _terminate(box: list[subprocess.Popen[bytes] | None]) -> None:
-    process = box[0]
-    if process is not None:
-        box[0] = None
-        _stop_process(process, 5.0)
