@@ -64,10 +64,19 @@ def chapter_title(path: Path) -> str:
     return path.stem
 
 
+# nbconvert's template links require.js and MathJax from a CDN. The chapters use
+# neither (no maths, no JavaScript outputs), and the report must read offline.
+EXTERNAL_SCRIPT = re.compile(r'<script[^>]*\ssrc="https?://[^"]*"[^>]*>\s*</script>\s*')
+
+
 def convert_to_html(notebooks: list[Path], out: Path) -> None:
-    """One nbconvert process for all notebooks; outputs land in OUT as <stem>.html."""
+    """One nbconvert process for all notebooks; outputs land in OUT as <stem>.html,
+    without the scripts nbconvert would fetch from the internet."""
     cmd = [sys.executable, "-m", "nbconvert", "--to", "html", "--output-dir", str(out)]
     subprocess.run(cmd + [str(nb) for nb in notebooks], check=True)
+    for nb in notebooks:
+        page = out / f"{nb.stem}.html"
+        page.write_text(EXTERNAL_SCRIPT.sub("", page.read_text("utf-8")), "utf-8")
 
 
 def plural(n: int, word: str) -> str:
