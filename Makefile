@@ -38,6 +38,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 run test: export RATELIMIT_PROGRESS = 0
 # Only the main job refreshes measured tables stored beside the notebooks.
 run: export RATELIMIT_SAVE_MEASUREMENTS = 1
+run: export RATELIMIT_WRITE_FIGURES = 1
 # uv would otherwise warn that it cannot hard-link from its cache on another filesystem.
 export UV_LINK_MODE ?= copy
 

@@ -72,7 +72,12 @@ EXTERNAL_SCRIPT = re.compile(r'<script[^>]*\ssrc="https?://[^"]*"[^>]*>\s*</scri
 def convert_to_html(notebooks: list[Path], out: Path) -> None:
     """One nbconvert process for all notebooks; outputs land in OUT as <stem>.html,
     without the scripts nbconvert would fetch from the internet."""
-    cmd = [sys.executable, "-m", "nbconvert", "--to", "html", "--output-dir", str(out)]
+    cmd = [
+        sys.executable, "-m", "nbconvert", "--to", "html", "--output-dir", str(out),
+        # Slider cells need a live kernel: the static page keeps their code only.
+        "--TagRemovePreprocessor.enabled=True",
+        '--TagRemovePreprocessor.remove_all_outputs_tags={"explore-widget"}',
+    ]  # fmt: skip
     subprocess.run(cmd + [str(nb) for nb in notebooks], check=True)
     for nb in notebooks:
         page = out / f"{nb.stem}.html"
