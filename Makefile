@@ -91,6 +91,7 @@ run: setup
 	@mkdir -p notebooks $(REPORT_DIR)
 ifneq ($(NOTEBOOKS),)
 	jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $(NOTEBOOKS)
+	$(VPY) tools/strip_widget_state.py $(NOTEBOOKS)
 endif
 	$(VPY) tools/report.py --out $(REPORT_DIR) $(NOTEBOOKS)
 
