@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -107,29 +108,33 @@ def _stop(lab: Lab) -> None:
     psutil.wait_procs(alive, timeout=STOP_TIMEOUT)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    home = tmp_path_factory.mktemp("jupyter")
+@contextmanager
+def running_lab(root: Path, home: Path) -> Iterator[Lab]:
+    """`jupyter lab` on `root` as `make lab` starts it (loopback, token, --allow-root
+    as root), with its runtime, data and config under `home`; stopped by PID."""
     token = secrets.token_hex(16)
     port = _free_port()
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(VENV_BIN.parent)
-    # Connection files, config and the server's own state stay in this test's folder.
+    # Connection files, config, the signing key and the server's own state stay in home.
     env["JUPYTER_RUNTIME_DIR"] = str(home / "runtime")
+    env["JUPYTER_DATA_DIR"] = str(home / "data")
     env["JUPYTER_CONFIG_DIR"] = str(home / "config")
     env["JUPYTERLAB_WORKSPACES_DIR"] = str(home / "workspaces")
+    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     cmd = [
         str(VENV_BIN / "jupyter"), "lab",
-        f"--ServerApp.root_dir={NOTEBOOK_DIR}",
+        f"--ServerApp.root_dir={root}",
         "--ip", "127.0.0.1", "--port", str(port), "--ServerApp.port_retries=0",
         "--no-browser", f"--IdentityProvider.token={token}",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
     ]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
     log = home / "server.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT)
     server = Lab(f"http://127.0.0.1:{port}", token, proc, log)
     try:
@@ -137,6 +142,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield server
     finally:
         _stop(server)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with running_lab(NOTEBOOK_DIR, tmp_path_factory.mktemp("jupyter")) as server:
+        yield server
 
 
 @pytest.fixture

@@ -14,15 +14,12 @@ Without chromium/chromedriver/selenium the test skips and says why; with CI=true
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.test_lab import VENV_BIN, Lab, _free_port, _stop, _wait_until_answering
+from tests.test_lab import Lab, running_lab
 from tests.test_report_browser import SHOTS, browser  # noqa: F401  (a fixture)
 
 NOTEBOOK = "widgets.ipynb"
@@ -74,36 +71,8 @@ def widget_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """`jupyter lab` as tests/test_lab.py starts it, on a temporary root with NOTEBOOK."""
     root = tmp_path_factory.mktemp("lab-root")
     (root / NOTEBOOK).write_text(json.dumps(_notebook(), indent=1), encoding="utf-8")
-    home = tmp_path_factory.mktemp("jupyter")
-    token = secrets.token_hex(16)
-    port = _free_port()
-    env = dict(os.environ)
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["VIRTUAL_ENV"] = str(VENV_BIN.parent)
-    env["JUPYTER_RUNTIME_DIR"] = str(home / "runtime")
-    env["JUPYTER_DATA_DIR"] = str(home / "data")  # the notebook-signing key, not in ~
-    env["JUPYTER_CONFIG_DIR"] = str(home / "config")
-    env["JUPYTERLAB_WORKSPACES_DIR"] = str(home / "workspaces")
-    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
-    cmd = [
-        str(VENV_BIN / "jupyter"), "lab",
-        f"--ServerApp.root_dir={root}",
-        "--ip", "127.0.0.1", "--port", str(port), "--ServerApp.port_retries=0",
-        "--no-browser", f"--IdentityProvider.token={token}",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-    ]
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    log = home / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT)
-    server = Lab(f"http://127.0.0.1:{port}", token, proc, log)
-    try:
-        _wait_until_answering(server)
+    with running_lab(root, tmp_path_factory.mktemp("jupyter")) as server:
         yield server
-    finally:
-        _stop(server)
 
 
 def _screenshot(driver) -> Path:
