@@ -290,3 +290,16 @@ async def test_virtual_clock_state_survives_real_time(cls_name, client, prefix, 
     assert (await limiter.check("alice")).allowed
     await asyncio.sleep(0.06)  # real time passes (3 windows); virtual time stands still
     assert not (await limiter.check("alice")).allowed
+
+
+@pytest.mark.parametrize("limit", [3, 7, 999])
+async def test_gcra_admits_a_full_burst_when_the_interval_is_not_whole(
+    limit, client, prefix, clock
+):
+    """Regression: 1000 / 3 ms is not a whole number; float rounding of the TAT at
+    ~1e12 ms made the third of three requests look early and rejected it."""
+    clock.set(1_796_000_000.123)
+    limiter = ratelimit.TokenBucketLimiter(client, 1, limit, prefix=prefix, clock=clock)
+    decisions = [await limiter.check("alice") for _ in range(limit + 1)]
+    assert [d.allowed for d in decisions] == [True] * limit + [False]
+    assert [d.remaining for d in decisions[:limit]] == list(range(limit - 1, -1, -1))

@@ -6,6 +6,10 @@
 
 local burst = tonumber(ARGV[6])
 
+-- TATs are ~1e12 ms, where a double's last bit is ~0.0002 ms: float rounding must not
+-- turn "exactly on time" into "early" (a limit of 3 per 1000 ms admitting only 2 at
+-- once), so times within a microsecond of each other count as equal.
+local EPSILON = 0.001
 local interval = window / limit -- ms between two units at the sustained rate
 local tolerance = interval * burst
 local tat = tonumber(redis.call('GET', key)) or now
@@ -13,8 +17,8 @@ if tat < now then tat = now end
 local new_tat = tat + interval * cost
 local allow_at = new_tat - tolerance
 
-if allow_at > now then
-  local remaining = math.floor((now - (tat - tolerance)) / interval)
+if allow_at - now > EPSILON then
+  local remaining = math.floor((now - (tat - tolerance) + EPSILON) / interval)
   if remaining < 0 then remaining = 0 end
   return {0, remaining, math.ceil(allow_at - now), math.ceil(tat - now), now}
 end
@@ -22,4 +26,4 @@ end
 local reset = math.ceil(new_tat - now)
 -- %.17g round-trips a double exactly, so no precision is lost between checks.
 redis.call('SET', key, string.format('%.17g', new_tat), 'PX', reset + ttl_slack)
-return {1, math.floor((now - allow_at) / interval), 0, reset, now}
+return {1, math.floor((now - allow_at + EPSILON) / interval), 0, reset, now}

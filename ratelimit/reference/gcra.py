@@ -8,6 +8,10 @@ from .. import algorithms
 from ..policy import GcraPolicy
 from .base import Outcome, ReferenceLimiter
 
+# As in the script: times within a microsecond count as equal (float rounding at
+# ~1e12 ms must not make an on-time request early).
+EPSILON = 0.001
+
 
 class TokenBucketLimiter(GcraPolicy, ReferenceLimiter):
     """`limit` per window sustained, `burst` at once; state is one float per identity."""
@@ -23,15 +27,17 @@ class TokenBucketLimiter(GcraPolicy, ReferenceLimiter):
             tat = now if stored is None or stored < now else stored
             new_tat = tat + interval * cost
             allow_at = new_tat - tolerance
-            if allow_at > now:
+            if allow_at - now > EPSILON:
                 allowed.append(False)
-                remaining.append(max(math.floor((now - (tat - tolerance)) / interval), 0))
+                remaining.append(
+                    max(math.floor((now - (tat - tolerance) + EPSILON) / interval), 0)
+                )
                 retry.append(math.ceil(allow_at - now))
                 reset.append(math.ceil(tat - now))
                 continue
             stored = new_tat
             allowed.append(True)
-            remaining.append(math.floor((now - allow_at) / interval))
+            remaining.append(math.floor((now - allow_at + EPSILON) / interval))
             retry.append(0)
             reset.append(math.ceil(new_tat - now))
         if stored is not None:
