@@ -4,6 +4,7 @@ its reply and the failure policy. No I/O happens here."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import redis.exceptions
@@ -45,6 +46,22 @@ class LimiterBase(Policy):
         now_arg = "" if now is None else now
         args = [now_arg, self.window_ms, self.limit, cost, self.ttl_slack_ms, *self.extra_args()]
         return [key], args
+
+    def _prepare_many(
+        self, identities: Iterable[str | bytes], costs: int | Iterable[int]
+    ) -> list[tuple[list[str], list[Any]]]:
+        """Validate a whole batch (nothing reaches Redis if any request is bad)."""
+        identities = list(identities)
+        if isinstance(costs, int) and not isinstance(costs, bool):
+            costs = [costs] * len(identities)
+        else:
+            costs = list(costs)  # type: ignore[arg-type]
+            if len(costs) != len(identities):
+                raise ValueError(
+                    f"costs must be one int or one per identity: {len(costs)} costs "
+                    f"for {len(identities)} identities"
+                )
+        return [self._prepare(who, cost) for who, cost in zip(identities, costs, strict=True)]
 
     def _decision(self, reply: list[int]) -> Decision:
         allowed, remaining, retry_after_ms, reset_after_ms = (int(v) for v in reply[:4])

@@ -8,6 +8,7 @@ limiter.check("api-key-123")
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import redis.exceptions
@@ -44,6 +45,38 @@ class SyncLimiter(LimiterBase):
         except UNAVAILABLE as exc:
             return self._unavailable(exc)
         return self._decision(reply)
+
+    def check_many(
+        self, identities: Iterable[str | bytes], costs: int | Iterable[int] = 1
+    ) -> list[Decision]:
+        """Decide several requests in one pipelined round trip; see
+        `ratelimit.limiters.AsyncLimiter.check_many`."""
+        batch = self._prepare_many(identities, costs)
+        if not batch:
+            return []
+        try:
+            replies = self._run_many(batch)
+        except UNAVAILABLE as exc:
+            return [self._unavailable(exc) for _ in batch]
+        return [self._decision(reply) for reply in replies]
+
+    def _run_many(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
+        started = time.monotonic()
+        try:
+            return self._pipeline(batch)
+        except redis.exceptions.NoScriptError:
+            # As in the async limiter: go on one by one (stricter if counted twice).
+            return [self._call(keys, args) for keys, args in batch]
+        except redis.exceptions.ConnectionError:
+            if time.monotonic() - started > RETRY_WITHIN * self.timeout:
+                raise
+            return self._pipeline(batch)
+
+    def _pipeline(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
+        pipe = self._script.registered_client.pipeline(transaction=False)
+        for keys, args in batch:
+            self._script(keys=keys, args=args, client=pipe)  # queued, not sent
+        return pipe.execute()
 
     def _run(self, keys: list[str], args: list[Any]) -> list[int]:
         started = time.monotonic()
