@@ -61,7 +61,7 @@ def main() -> None:
         f"\nchecks: median of {c['rounds']} interleaved rounds, {c['calls_per_case_per_round']}"
         " sequential async calls per case"
     )
-    print(f"{'case':40} {'calls/s':>10} {'x PING':>8}")
+    print(f"{'case (a batch counts its 100 checks)':40} {'per s':>10} {'x PING':>8}")
     for name, r in c["results"].items():
         print(f"{name:40} {r['ops_per_s']:>10,.0f} {r['x_ping']:>8.2f}")
     r = report["replay"]

@@ -55,6 +55,16 @@ def make_cases(client: redis.asyncio.Redis, prefix: str) -> dict[str, Case]:
     return cases
 
 
+def make_batch_cases(client: redis.asyncio.Redis, prefix: str) -> dict[str, Case]:
+    """Batches of 100 checks, one pipelined round trip each (see `measure_batches`)."""
+    limiter = SlidingWindowLimiter(client, 1, 1_000_000, prefix=f"{prefix}:batch")
+
+    async def batch(i: int) -> None:
+        await limiter.check_many([f"client-{(i * 100 + j) % 10_000}" for j in range(100)])
+
+    return {"SlidingWindowLimiter check_many(100), 10k keys": batch}
+
+
 async def measure(case: Case, n: int) -> float:
     start = time.perf_counter()
     for i in range(n):
@@ -68,9 +78,16 @@ async def run(rounds: int, n: int, url: str | None) -> dict:
     cases = make_cases(client, prefix)
     for case in cases.values():  # warm up: load scripts, open connections
         await measure(case, 50)
+    batches = make_batch_cases(client, prefix)
     per_round: list[dict[str, float]] = []
     for _ in range(rounds):
-        per_round.append({name: await measure(case, n) for name, case in cases.items()})
+        speeds = {name: await measure(case, n) for name, case in cases.items()}
+        # A batch call decides 100 requests: checks per second = calls per second x 100.
+        speeds.update(
+            {name: 100 * await measure(b, max(1, n // 100)) for name, b in batches.items()}
+        )
+        per_round.append(speeds)
+    cases = {**cases, **batches}
     if url is not None:
         keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
         for i in range(0, len(keys), 1000):
