@@ -5,8 +5,6 @@ httpx's ASGI transport, and once as a real uvicorn process."""
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import struct
 import sys
 import uuid
@@ -32,6 +30,7 @@ from ratelimit.http import (
     rate_limit,
 )
 from ratelimit.server import free_port
+from tests.redis_server import pid_alive, port_is_free
 
 CENTER = {"lng": 13.405, "lat": 52.52}
 LIMIT_HEADERS = ("ratelimit-policy", "ratelimit", "ratelimit-limit", "ratelimit-remaining")
@@ -645,23 +644,6 @@ def test_python_dash_m_serves_without_uvicorns_proxy_headers(monkeypatch):
 
 
 # --- a real server ----------------------------------------------------------------------------
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_real_uvicorn_process_answers_ten_200_and_two_429(backend, request):

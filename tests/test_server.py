@@ -4,12 +4,12 @@ empty, stops by PID (freeing its port) and cleans up after a `with` block."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import redis
 
 from ratelimit.server import RedisServer, free_port
+from tests.redis_server import pid_alive, port_is_free
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -27,24 +27,6 @@ def needs_redis_server() -> None:
 
 # Every test starting a server; the two `offline` ones at the end need none.
 server_test = pytest.mark.usefixtures("needs_redis_server")
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A stopped child that nobody reaped would still answer; Popen.wait reaps it.
-    return True
 
 
 @server_test
