@@ -58,8 +58,8 @@ def small_table() -> pd.DataFrame:
     [
         ("log", True, 1, 5),
         ("log", True, 3, 7),  # one ZADD per unit of cost
-        ("log", False, 1, 4),
-        ("log", False, 7, 4),  # a rejection writes nothing, whatever the cost
+        ("log", False, 1, 3),
+        ("log", False, 7, 3),  # a rejection writes nothing, whatever the cost
         ("fw", True, 1, 3),
         ("fw", True, 5, 3),
         ("fw", False, 1, 1),
@@ -76,7 +76,7 @@ def test_script_commands_per_path(algorithm, allowed, cost, expected):
 
 
 def test_mean_script_commands_weights_the_two_paths():
-    assert mean_script_commands("log", 0.5) == 4.5  # (5 + 4) / 2
+    assert mean_script_commands("log", 0.5) == 4.0  # (5 + 3) / 2
     assert mean_script_commands("log", 1.0, 2.0) == 6.0  # 5 + one more ZADD
     assert mean_script_commands("gcra", 0.25) == 1.25  # 0.25 * 2 + 0.75 * 1
     assert mean_script_commands("fw", 0.0) == 1.0

@@ -43,7 +43,9 @@ def test_app_clock_drifts_above_the_limit_redis_clock_does_not():
     skews, app = lines[clock_skew.APP_LABEL]
     _, redis = lines[clock_skew.REDIS_LABEL]
     assert skews[0] == 0 and app[0] == 10  # no skew: exact
-    assert app[-1] == 3 * 10  # two windows of skew: one full limit per replica
+    # Over the limit at two windows of skew, but far from one full limit per replica:
+    # the script never lets the log's time run backwards.
+    assert 10 < app[-1] < 3 * 10
     assert (redis == 10).all()
 
 
@@ -51,7 +53,7 @@ def test_parameters_change_the_plotted_data():
     base = _lines(clock_skew.figure(**QUICK))
     more = _lines(clock_skew.figure(replicas=5, **QUICK))
     assert (more[clock_skew.APP_LABEL][1] != base[clock_skew.APP_LABEL][1]).any()
-    assert more[clock_skew.APP_LABEL][1].max() > 3 * 10  # more replicas, more gets through
+    assert 10 < more[clock_skew.APP_LABEL][1].max() < 5 * 10
     lower = _lines(clock_skew.figure(limit=4, **QUICK))
     assert (lower[clock_skew.REDIS_LABEL][1] == 4).all()
     narrow = _lines(clock_skew.figure(max_skew_ms=500, **QUICK))

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import ratelimit.sync
 from ratelimit import SlidingWindowLimiter
+from ratelimit import clock as clocks
 from ratelimit.clock import ManualClock
 from ratelimit.teaching import NonAtomicSlidingLog
 
@@ -97,8 +98,14 @@ async def test_key_outlives_an_entry_stamped_in_the_future(client, prefix):
 
 
 async def test_redis_clock_makes_skewed_replicas_agree(client, prefix):
-    """Replicas 1.5 s apart over-admit on their own clocks; on Redis's clock they do not."""
-    offsets = [0.0, 1.5]  # more than the window: one replica trims the other's entries
+    """Replicas 1.5 s apart over-admit on their own clocks; on Redis's clock they do not.
+
+    The replica that runs behind fills the log first; the one that runs ahead then
+    sees all of those entries as older than its window and admits a full limit more,
+    within the same real second. (The script's clamp to the newest entry cannot help
+    here: no entry is newer than the ahead replica's own time.)
+    """
+    offsets = [1.5, 0.0]  # behind first; more than the window apart
 
     async def admitted(name, options) -> int:
         replicas = [
@@ -106,14 +113,66 @@ async def test_redis_clock_makes_skewed_replicas_agree(client, prefix):
             for off in offsets
         ]
         count = 0
-        for i in range(30):  # alternate replicas within a few ms of real time
-            count += (await replicas[i % 2].check("alice")).allowed
+        for replica in replicas:
+            for _ in range(15):
+                count += (await replica.check("alice")).allowed
         return count
 
     skewed = await admitted("app", lambda off: {"clock": lambda: time.time() - off})
     agreed = await admitted("redis", lambda off: {"clock": "redis"})
     assert agreed == 10
-    assert skewed > 10
+    assert skewed == 20
+
+
+async def test_a_late_request_is_decided_at_the_newest_entry(client, prefix, clock):
+    """Stamps that reach Redis out of order never put more than the limit in a window.
+
+    Limit 3 per second. Requests stamped 0, 1 and 2 ms are admitted; one stamped
+    1,001 ms trims the first two and is admitted. A request stamped 999 ms that only
+    now reaches Redis (it waited in a client queue) would, judged at 999, no longer
+    see the two trimmed entries and put four admissions into (-1, 999]. It is decided
+    and recorded at 1,001 ms instead, where the window holds two.
+    """
+    limiter = SlidingWindowLimiter(client, 1, 3, prefix=prefix, clock=clock)
+    base = clocks.to_ms(clock())
+    for offset_ms in (0, 1, 2, 1_001):
+        clock.set_ms(base + offset_ms)
+        assert (await limiter.check("alice")).allowed
+    clock.set_ms(base + 999)
+    late = await limiter.check("alice")
+    assert late.allowed
+    assert late.decided_at_ms == base + 1_001
+    recorded = [base, base + 1, base + 2, base + 1_001, late.decided_at_ms]
+    assert max(_admitted_in_rolling_windows(recorded, 1000)) == 3
+    stamps = [
+        int(s) for _, s in await client.zrange(limiter.key_for("alice"), 0, -1, withscores=True)
+    ]
+    assert stamps == [base + 2, base + 1_001, base + 1_001]
+
+
+async def test_a_rejection_trims_nothing(client, prefix, clock):
+    """A rejected request must not trim: a request stamped earlier may still arrive.
+
+    Limit 2. Admitted at 0 and 600 ms; a request of cost 2 stamped 1,001 ms is
+    rejected. Had it trimmed the entry at 0, a request stamped 900 ms arriving after
+    it would see one entry, be admitted, and put three into (-100, 900].
+    """
+    limiter = SlidingWindowLimiter(client, 1, 2, prefix=prefix, clock=clock)
+    base = clocks.to_ms(clock())
+    for offset_ms in (0, 600):
+        clock.set_ms(base + offset_ms)
+        assert (await limiter.check("alice")).allowed
+    clock.set_ms(base + 1_001)
+    assert not (await limiter.check("alice", cost=2)).allowed
+    clock.set_ms(base + 900)
+    late = await limiter.check("alice")
+    assert not late.allowed
+    assert late.retry_after_ms == 100  # the entry at 0 leaves the window at 1,000
+    assert await client.zcard(limiter.key_for("alice")) == 2
+
+
+def _admitted_in_rolling_windows(stamps: list[float], window_ms: int) -> list[int]:
+    return [sum(1 for s in stamps if t - window_ms < s <= t) for t in stamps]
 
 
 async def test_fifty_concurrent_checks_admit_exactly_the_limit(client, prefix):

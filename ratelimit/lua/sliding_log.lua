@@ -5,39 +5,56 @@
 -- clients, so trim, count and add are one indivisible step.
 -- key, now, window, limit and cost come from prelude.lua.
 
--- An entry stamped at s is in the window while s > now - window.
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-local count = redis.call('ZCARD', key)
+-- The log's time never runs backwards. A request can reach Redis after one stamped
+-- later (it waited in a client queue, or its host's clock is behind), and by then
+-- that later request may have trimmed entries this one would still have counted.
+-- So the request is decided and recorded at `at`, the later of its own time and the
+-- newest entry: every admission then sees every entry that shares a window with it,
+-- and no rolling window of recorded times ever holds more than the limit.
+local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] or now)
+local at = now
+if newest > at then at = newest end
+-- An entry stamped at s is in the window while s > at - window.
+local edge = at - window
+local count = redis.call('ZCOUNT', key, '(' .. edge, '+inf')
 
 if count + cost > limit then
-  -- Rejected: nothing is written. The request fits once the (count + cost - limit)
-  -- oldest entries have left the window.
-  local last_to_leave = count + cost - limit - 1 -- 0-based rank, oldest first
-  local blocking = redis.call('ZRANGE', key, last_to_leave, last_to_leave, 'WITHSCORES')
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  -- Rejected: nothing is written, not even a trim (a trim to a time later than the
+  -- newest entry would undercount a request that arrives late). The request fits
+  -- once the (count + cost - limit) oldest entries in the window have left it;
+  -- waits are measured from the request's own time, so they are never early for it.
+  local blocking = redis.call('ZRANGEBYSCORE', key, '(' .. edge, '+inf', 'WITHSCORES',
+    'LIMIT', count + cost - limit - 1, 1)
   local remaining = limit - count
   if remaining < 0 then remaining = 0 end
-  return {0, remaining, tonumber(blocking[2]) + window - now, tonumber(newest[2]) + window - now, now}
+  return {0, remaining, tonumber(blocking[2]) + window - now, newest + window - now, at}
 end
 
+-- Every entry is at or before `at`, so after this trim the set is exactly the window.
+redis.call('ZREMRANGEBYSCORE', key, '-inf', edge)
+
 -- Members only have to be unique inside this one key, and nothing else runs while the
--- script does, so the script picks them: a free integer below 2^23, probing upwards
--- from a hash of the time and the set's size. No two hosts can ever collide, small
--- integers are stored as integers in a listpack (far more compact than the classic
--- "<ms>:<counter>" strings), and with at most 10^6 members in 2^23 slots a probe
--- rarely needs a second try. (Every product stays below 2^53, exact in a double.)
-local SLOTS = 8388608 -- 2^23: fits listpack's 24-bit integer encoding
+-- script does, so the script picks them: a free slot below 2^23, probing upwards from
+-- a hash of the time and the set's size, written as 3 raw bytes (big-endian). No two
+-- hosts can ever collide, and with at most 10^6 members in 2^23 slots a probe rarely
+-- needs a second try. (Every product stays below 2^53, exact in a double.)
+-- Why 3 bytes: in a small set (listpack) they take 5 bytes like a 24-bit integer,
+-- and once the set is a skiplist every member is its own string allocation, where
+-- 3 bytes fit jemalloc's 8-byte class; the 7 decimal digits of the same slot need
+-- the 16-byte class (and the classic "<ms>:<counter>" strings 32).
+local SLOTS = 8388608 -- 2^23
+local function member(s)
+  return string.char(math.floor(s / 65536), math.floor(s / 256) % 256, s % 256)
+end
 local slot = ((now % SLOTS) * 40503 + count * 9973) % SLOTS
 for _ = 1, cost do
-  while redis.call('ZADD', key, 'NX', now, slot) == 0 do
+  while redis.call('ZADD', key, 'NX', at, member(slot)) == 0 do
     slot = (slot + 1) % SLOTS
   end
   slot = (slot + 1) % SLOTS
 end
 
--- An entry stamped in the future (a replica whose clock runs ahead) must outlive the
--- TTL too, so the key lives until its newest entry leaves the window.
-local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-local reset = newest + window - now
+-- The key lives until its newest entry, stamped `at`, leaves the window.
+local reset = at + window - now
 redis.call('PEXPIRE', key, reset + ttl_slack)
-return {1, limit - count - cost, 0, reset, now}
+return {1, limit - count - cost, 0, reset, at}

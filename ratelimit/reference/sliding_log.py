@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_right
 
 from .. import algorithms
 from .base import Outcome, ReferenceLimiter
 
 
 class SlidingWindowLimiter(ReferenceLimiter):
-    """Exact: admits while the cost stamped in (now - window, now] stays within the limit."""
+    """Exact: admits while the cost stamped in (at - window, at] stays within the limit,
+    where `at` is the later of the request's time and the newest stamp."""
 
     algorithm = algorithms.SLIDING_LOG
 
@@ -19,26 +20,27 @@ class SlidingWindowLimiter(ReferenceLimiter):
         stamps: list[int] = self.state.setdefault(identity, [])
         allowed, remaining, retry, reset = [], [], [], []
         for now, cost in zip(times_ms, costs, strict=True):
-            edge = now - window
-            if stamps and stamps[0] <= edge:
-                del stamps[: bisect_right(stamps, edge)]
-            count = len(stamps)
+            # As in the script: decided and recorded at the later of the request's own
+            # time and the newest stamp, so the stamps never run backwards.
+            at = stamps[-1] if stamps and stamps[-1] > now else now
+            edge = at - window
+            start = bisect_right(stamps, edge) if stamps and stamps[0] <= edge else 0
+            count = len(stamps) - start
             if count + cost > limit:
+                # Rejected: nothing changes, not even a trim.
                 allowed.append(False)
                 remaining.append(max(limit - count, 0))
-                retry.append(stamps[count + cost - limit - 1] + window - now)
+                retry.append(stamps[start + count + cost - limit - 1] + window - now)
                 reset.append(stamps[-1] + window - now)
                 continue
-            if not stamps or now >= stamps[-1]:
-                if cost == 1:
-                    stamps.append(now)
-                else:
-                    stamps.extend([now] * cost)
-            else:  # a replica whose clock runs behind: keep the list sorted
-                for _ in range(cost):
-                    insort(stamps, now)
+            if start:
+                del stamps[:start]
+            if cost == 1:
+                stamps.append(at)
+            else:
+                stamps.extend([at] * cost)
             allowed.append(True)
             remaining.append(limit - count - cost)
             retry.append(0)
-            reset.append(stamps[-1] + window - now)
+            reset.append(at + window - now)
         return allowed, remaining, retry, reset
