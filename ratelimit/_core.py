@@ -4,12 +4,15 @@ its reply and the failure policy. No I/O happens here."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import redis.exceptions
 
 from . import clock as clocks
+from . import nearcache
+from .cluster_client import guarded
 from .decision import Decision
 from .errors import RateLimiterUnavailable
 from .policy import Policy
@@ -23,28 +26,59 @@ UNAVAILABLE = (redis.exceptions.RedisError, OSError, TimeoutError)
 
 DEGRADED_RETRY_AFTER_MS = 1000
 
+_monotonic = time.monotonic  # the near-cache's clock under clock="redis" (tests replace it)
+
 
 class LimiterBase(Policy):
     """A policy bound to a Redis client and its algorithm's Lua script."""
 
-    def __init__(self, redis: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, redis: Any, *args: Any, near_cache: bool | int = False, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.redis = redis
+        # Opt-in local memory of rejections (see ratelimit.nearcache); None when off.
+        size = nearcache.max_entries(near_cache)
+        self.near_cache = (
+            None if size is None else nearcache.NearCache(self.algorithm, self.limit, size)
+        )
         self._script = self._client_for_script(redis).register_script(source(self.algorithm.script))
+        # The hot path calls EVALSHA on the client itself (see `_call`) with the
+        # constant arguments already encoded, and reads the host's clock directly.
+        self._client = self._script.registered_client
+        self._host_clock = self.clock is clocks.DEFAULT
+        self._argv_tail: tuple[bytes, ...] | None = None  # set on first use (GCRA's burst
+        # is only known once every __init__ has run)
+        self._window_arg = str(self.window_ms).encode()
+        self._limit_arg = str(self.limit).encode()
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, on_error={self.on_error!r})"
 
     def _client_for_script(self, redis: Any) -> Any:
-        return redis
+        return guarded(redis)  # an asyncio RedisCluster gets a guard; see cluster_client
+
+    def _local_ms(self, now_arg: Any) -> float:
+        """The near-cache's time for a check: the script's own `now` when the limiter
+        sends it, else (clock="redis") the host's monotonic clock in ms."""
+        return now_arg if now_arg != b"" else _monotonic() * 1000
 
     def _prepare(self, identity: str | bytes, cost: Any) -> tuple[list[str], list[Any]]:
         """Validate a request and build the script's KEYS and ARGV."""
         key = self.key_for(identity)
-        cost = self.validate_cost(cost)
-        now = clocks.now_ms(self.clock)
-        now_arg = "" if now is None else now
-        args = [now_arg, self.window_ms, self.limit, cost, self.ttl_slack_ms, *self.extra_args()]
+        if type(cost) is not int or not 0 < cost <= self._max_cost:
+            cost = self.validate_cost(cost)  # raises the ValueError that names the problem
+        if self._host_clock:
+            now_arg: Any = int(self.clock() * 1000)  # type: ignore[operator]  # == to_ms
+        else:
+            now = clocks.now_ms(self.clock)
+            now_arg = b"" if now is None else now
+        tail = self._argv_tail
+        if tail is None:
+            tail = self._argv_tail = tuple(
+                str(v).encode() for v in (self.ttl_slack_ms, *self.extra_args())
+            )
+        args = [now_arg, self._window_arg, self._limit_arg, cost, *tail]
         return [key], args
 
     def _prepare_many(
@@ -71,6 +105,7 @@ class LimiterBase(Policy):
             remaining=remaining,
             retry_after_ms=retry_after_ms,
             reset_after_ms=reset_after_ms,
+            decided_at_ms=int(reply[4]) if len(reply) > 4 else None,
         )
 
     def _unavailable(self, exc: BaseException, what: str | None = None) -> Decision:

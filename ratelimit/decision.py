@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def _ceil_seconds(ms: int) -> int:
@@ -16,7 +16,10 @@ class Decision:
     `retry_after` is whole seconds rounded up, so a client that honours it is never
     told to come back before it would be admitted; it is at least 1 when rejected
     and 0 when allowed. `degraded` marks a decision made by the failure policy
-    because Redis could not be asked.
+    because Redis could not be asked. `decided_at_ms` is the time in ms the script
+    decided at, on the limiter's clock (the app's, an injected one, or Redis's TIME;
+    ms since the epoch for the real ones); None for degraded decisions. It is left
+    out of equality, so two identical answers given at different times compare equal.
     """
 
     allowed: bool
@@ -25,6 +28,7 @@ class Decision:
     retry_after_ms: int
     reset_after_ms: int
     degraded: bool = False
+    decided_at_ms: int | None = field(default=None, compare=False)
 
     @property
     def retry_after(self) -> int:

@@ -17,6 +17,7 @@ import redis.exceptions
 
 from . import algorithms
 from ._core import UNAVAILABLE, LimiterBase
+from .cluster_client import cluster_batch_async, is_cluster
 from .decision import Decision
 from .policy import GcraPolicy
 
@@ -32,6 +33,12 @@ class AsyncLimiter(LimiterBase):
         `Decision` with `degraded=True` (allowed under "allow", rejected under "deny").
         """
         keys, args = self._prepare(identity, cost)
+        cache = self.near_cache
+        if cache is not None:
+            sent = self._local_ms(args[0])
+            cached = cache.lookup(keys[0], args[3], sent)
+            if cached is not None:
+                return cached  # a rejection Redis gave still stands: no round trip
         try:
             async with asyncio.timeout(self.timeout):
                 reply = await self._run(keys, args)
@@ -39,7 +46,13 @@ class AsyncLimiter(LimiterBase):
             return self._unavailable(exc, f"no answer from Redis within {self.timeout} s")
         except UNAVAILABLE as exc:
             return self._unavailable(exc)
-        return self._decision(reply)
+        decision = self._decision(reply)
+        if cache is not None:
+            if decision.allowed:  # new entries: a cached rejection's retry is stale
+                cache.forget(keys[0])
+            else:
+                cache.remember(keys[0], args[3], decision, sent, self._local_ms(args[0]))
+        return decision
 
     async def check_many(
         self, identities: Iterable[str | bytes], costs: int | Iterable[int] = 1
@@ -68,6 +81,8 @@ class AsyncLimiter(LimiterBase):
         try:
             return await self._pipeline(batch)
         except redis.exceptions.ConnectionError:
+            if is_cluster(self._script.registered_client):
+                raise  # cluster_batch_async re-sent what failed already
             # As in _run: one retry on a fresh connection (stricter if counted twice).
             return await self._pipeline(batch)
         except redis.exceptions.NoScriptError:
@@ -77,6 +92,8 @@ class AsyncLimiter(LimiterBase):
             return [await self._call(keys, args) for keys, args in batch]
 
     async def _pipeline(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
+        if is_cluster(self._script.registered_client):  # split by node; see cluster_client
+            return await cluster_batch_async(self._script.registered_client, self._script, batch)
         pipe = self._script.registered_client.pipeline(transaction=False)
         for keys, args in batch:
             await self._script(keys=keys, args=args, client=pipe)  # queued, not sent
@@ -92,15 +109,21 @@ class AsyncLimiter(LimiterBase):
             return await self._call(keys, args)
 
     async def _call(self, keys: list[str], args: list[Any]) -> list[int]:
+        client = self._client
         try:
-            # register_script's object reloads the script once after NOSCRIPT...
-            return await self._script(keys=keys, args=args)
+            # EVALSHA on the client itself: redis-py's Script wrapper costs a few
+            # microseconds a call, which the hot path cannot afford.
+            return await client.evalsha(self._script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
-            # ...but a second flush can land between its reload and its retry. EVAL
-            # carries the script itself, so it cannot meet NOSCRIPT.
-            return await self._script.registered_client.eval(
-                self._script.script, len(keys), *keys, *args
-            )
+            pass
+        # The script cache was emptied (restart, failover, SCRIPT FLUSH): reload, retry.
+        self._script.sha = await client.script_load(self._script.script)
+        try:
+            return await client.evalsha(self._script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            # A second flush landed between the reload and the retry. EVAL carries
+            # the script itself, so it cannot meet NOSCRIPT.
+            return await client.eval(self._script.script, len(keys), *keys, *args)
 
 
 class SlidingWindowLimiter(AsyncLimiter):

@@ -7,6 +7,8 @@ same options and reject the same bad input with the same messages.
 
 from __future__ import annotations
 
+import binascii
+import hashlib
 from typing import Any, ClassVar
 
 from . import clock as clocks
@@ -14,6 +16,9 @@ from . import keys, validation
 from .algorithms import Algorithm
 
 VIRTUAL_CLOCK_TTL_SLACK_MS = 3_600_000
+
+# Standard base64 -> URL-safe base64 (what `keys.digest` produces), without padding.
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 class Policy:
@@ -41,7 +46,9 @@ class Policy:
         self.clock = clocks.validate(clock)
         self.on_error = validation.on_error(on_error)
         self.timeout = validation.timeout(timeout)
-        self.readable_keys = bool(readable_keys)
+        if not isinstance(readable_keys, bool):
+            raise ValueError(f"readable_keys must be True or False, got {readable_keys!r}")
+        self.readable_keys = readable_keys
         self._secret = keys.validate_secret(key_secret)
         # Redis expires keys in real time. Under an injected (virtual) clock that runs
         # slower than real time, a TTL of one window would drop state that is still
@@ -53,6 +60,10 @@ class Policy:
         self.ttl_slack_ms = validation.non_negative_int(
             "ttl_slack_ms", ttl_slack_ms, validation.MAX_WINDOW_MS
         )
+        # Hot-path caches (the options above never change after construction): the
+        # largest valid cost, and the key's constant head "<prefix>:<algorithm>:{".
+        self._max_cost = self.limit
+        self._key_head = f"{self.prefix}:{self.algorithm.name}:{{"
 
     @property
     def window_seconds(self) -> float:
@@ -60,6 +71,16 @@ class Policy:
 
     def key_for(self, identity: str | bytes) -> str:
         """The Redis key that holds this identity's state (bounded, not readable)."""
+        if not self.readable_keys and type(identity) is str and identity:
+            # The same key as `keys.make_key`, built without its generic checks: this
+            # runs on every check.
+            raw = hashlib.blake2b(
+                identity.encode("utf-8", "surrogatepass"),
+                digest_size=16,
+                key=self._secret or b"",
+            ).digest()
+            b64 = binascii.b2a_base64(raw, newline=False).translate(_URLSAFE)
+            return self._key_head + b64[:22].decode("ascii") + "}"
         return keys.make_key(
             self.prefix,
             self.algorithm.name,
@@ -93,6 +114,7 @@ class GcraPolicy(Policy):
             if burst is None
             else validation.positive_int("burst", burst, validation.MAX_LIMIT)
         )
+        self._max_cost = min(self.limit, self.burst)
 
     def extra_args(self) -> tuple[int, ...]:
         return (self.burst,)

@@ -16,6 +16,7 @@ import redis.exceptions
 from . import algorithms
 from ._core import UNAVAILABLE, LimiterBase
 from .backends import bounded_client, connect_sync
+from .cluster_client import cluster_batch, is_cluster
 from .decision import Decision
 from .policy import GcraPolicy
 
@@ -40,11 +41,23 @@ class SyncLimiter(LimiterBase):
     def check(self, identity: str | bytes, cost: int = 1) -> Decision:
         """Admit or reject one request; see `ratelimit.limiters.AsyncLimiter.check`."""
         keys, args = self._prepare(identity, cost)
+        cache = self.near_cache
+        if cache is not None:
+            sent = self._local_ms(args[0])
+            cached = cache.lookup(keys[0], args[3], sent)
+            if cached is not None:
+                return cached  # a rejection Redis gave still stands: no round trip
         try:
             reply = self._run(keys, args)
         except UNAVAILABLE as exc:
             return self._unavailable(exc)
-        return self._decision(reply)
+        decision = self._decision(reply)
+        if cache is not None:
+            if decision.allowed:  # new entries: a cached rejection's retry is stale
+                cache.forget(keys[0])
+            else:
+                cache.remember(keys[0], args[3], decision, sent, self._local_ms(args[0]))
+        return decision
 
     def check_many(
         self, identities: Iterable[str | bytes], costs: int | Iterable[int] = 1
@@ -70,9 +83,13 @@ class SyncLimiter(LimiterBase):
         except redis.exceptions.ConnectionError:
             if time.monotonic() - started > RETRY_WITHIN * self.timeout:
                 raise
+            if is_cluster(self._script.registered_client):
+                raise  # its pipeline re-sent what failed already; again would count twice
             return self._pipeline(batch)
 
     def _pipeline(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
+        if is_cluster(self._script.registered_client):  # split by node; see cluster_client
+            return cluster_batch(self._script.registered_client, self._script, batch)
         pipe = self._script.registered_client.pipeline(transaction=False)
         for keys, args in batch:
             self._script(keys=keys, args=args, client=pipe)  # queued, not sent
@@ -92,13 +109,18 @@ class SyncLimiter(LimiterBase):
             return self._call(keys, args)
 
     def _call(self, keys: list[str], args: list[Any]) -> list[int]:
+        # As in the async limiter: EVALSHA on the client itself; after NOSCRIPT reload
+        # and retry once, and use EVAL if a second flush lands during the reload.
+        client = self._client
         try:
-            return self._script(keys=keys, args=args)
+            return client.evalsha(self._script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
-            # As in the async limiter: a flush during the reload; EVAL cannot miss.
-            return self._script.registered_client.eval(
-                self._script.script, len(keys), *keys, *args
-            )
+            pass
+        self._script.sha = client.script_load(self._script.script)
+        try:
+            return client.evalsha(self._script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return client.eval(self._script.script, len(keys), *keys, *args)
 
 
 class SlidingWindowLimiter(SyncLimiter):
