@@ -30,6 +30,7 @@ SERVE_PORT  ?= 8000
 SERVE_ARGS  ?=
 BENCH_ARGS  ?=
 LAB_ARGS    ?=
+CLUSTER_DIR ?= build/cluster
 
 # Recipes see the venv's tools (jupyter, ruff, the kernel's python) before the system's.
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
@@ -44,6 +45,7 @@ export UV_LINK_MODE ?= copy
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lock test run lab serve bench lint clean
+.PHONY: cluster-up cluster-down
 
 # help: list the targets.
 help:
@@ -54,6 +56,8 @@ help:
 	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
 	@echo "make bench   run python -m ratelimit.bench; BENCH_ARGS=... is passed on"
 	@echo "make lint    ruff check ratelimit tests tools"
+	@echo "make cluster-up    start a local 3-master Redis Cluster; prints its URL, PIDs in $(CLUSTER_DIR)/state.json"
+	@echo "make cluster-down  stop exactly the PIDs cluster-up recorded and remove $(CLUSTER_DIR)/"
 	@echo "make lock    regenerate $(LOCK) from pyproject.toml (all extras, Python 3.11)"
 	@echo "make clean   remove .venv, build/ and caches"
 
@@ -107,6 +111,14 @@ serve: setup
 # bench: the library's benchmark module.
 bench: setup
 	$(VPY) -m ratelimit.bench $(BENCH_ARGS)
+
+# cluster-up: a local Redis Cluster (3 masters, free loopback ports) that stays up; a no-op if it runs.
+cluster-up: setup
+	$(VPY) -m ratelimit.cluster up --dir $(CLUSTER_DIR)
+
+# cluster-down: stop the PIDs recorded by cluster-up (and nothing else); a no-op if none.
+cluster-down: setup
+	$(VPY) -m ratelimit.cluster down --dir $(CLUSTER_DIR)
 
 # lint: ruff over the library, the tests and the tools.
 lint: setup

@@ -17,6 +17,7 @@ import redis
 import redis.asyncio
 
 from ratelimit.clock import ManualClock
+from ratelimit.cluster import LocalCluster
 from ratelimit.server import RedisServer
 
 REAL_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
@@ -105,3 +106,14 @@ def private_redis(tmp_path) -> Iterator[RedisServer]:
         _missing("redis-server is not installed; the private-server tests need it")
     with RedisServer(tmp_path) as server:  # `ratelimit.server`, shared with the notebooks
         yield server
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local Redis Cluster (3 masters, no replicas, free loopback ports) shared by the
+    whole session: started once, stopped by PID at the end. Tests that stop or restart
+    a node must leave it ok again (`cluster.wait_ready()`)."""
+    if not LocalCluster.available():
+        _missing("redis-server and redis-cli are needed for the Redis Cluster tests")
+    with LocalCluster(tmp_path_factory.mktemp("cluster")) as local:
+        yield local
