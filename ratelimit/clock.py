@@ -11,6 +11,9 @@ Clock = Callable[[], float] | Literal["redis"]
 
 REDIS = "redis"
 
+# 2^50 ms, about 35,000 years: far below 2^53, where doubles stop counting every ms.
+MAX_ABS_MS = 2**50
+
 
 def validate(clock: object) -> Clock:
     """Accept a zero-argument callable returning seconds, or the string "redis"."""
@@ -25,7 +28,15 @@ def to_ms(seconds: float) -> int:
         raise ValueError(f"clock must return seconds as a number, got {seconds!r}")
     if not math.isfinite(seconds):
         raise ValueError(f"clock returned a non-finite time: {seconds!r}")
-    return math.floor(seconds * 1000)
+    ms = math.floor(seconds * 1000)
+    # Lua computes in doubles: beyond this, sums of times and windows stop being exact
+    # milliseconds (a clock in nanoseconds read as seconds would get there).
+    if abs(ms) > MAX_ABS_MS:
+        raise ValueError(
+            f"clock returned {seconds!r} s, beyond +-{MAX_ABS_MS // 1000} s; "
+            "it must return seconds (e.g. time.time, not time.time_ns)"
+        )
+    return ms
 
 
 def now_ms(clock: Clock) -> int | None:

@@ -210,8 +210,11 @@ def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None
         ip = ipaddress.ip_address(text)
     except ValueError:
         return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip.scope_id is not None:  # "fe80::1%eth0": the zone names our interface, not
+            return ipaddress.IPv6Address(ip.packed)  # the client; "%1", "%2" are one host
     return ip
 
 

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from typing import Any
 
 MAX_WINDOW_MS = 366 * 24 * 3600 * 1000  # a year: longer windows are a configuration slip
 MAX_LIMIT = 10**9
 MAX_PREFIX_LENGTH = 100
+_GLOB_OR_CONTROL = re.compile(r"[*?\[\]\\\x00-\x1f\x7f]")
+
+
+def _integer(name: str, value: Any) -> int:
+    """`value` as an int: any integer type (numpy's too), never a bool, float or str."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    return int(value)
 
 
 def positive_int(name: str, value: Any, maximum: int) -> int:
-    """Return `value` if it is an int in [1, maximum], else raise ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    """Return `value` as an int if it is an integer in [1, maximum], else raise ValueError."""
+    value = _integer(name, value)
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
     if value > maximum:
@@ -23,10 +31,11 @@ def positive_int(name: str, value: Any, maximum: int) -> int:
 
 
 def non_negative_int(name: str, value: Any, maximum: int) -> int:
-    """Return `value` if it is an int in [0, maximum], else raise ValueError."""
-    if isinstance(value, int) and not isinstance(value, bool) and value == 0:
+    """Return `value` as an int if it is an integer in [0, maximum], else raise ValueError."""
+    value = _integer(name, value)
+    if value == 0:
         return 0
-    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+    if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
     return positive_int(name, value, maximum)
 
@@ -55,13 +64,21 @@ def cost(value: Any, limit: int) -> int:
 
 
 def prefix(value: Any) -> str:
-    """Key prefix: short text without braces, which would steer Redis Cluster slots."""
+    """Key prefix: short text without braces (they would steer Redis Cluster slots),
+    glob characters or control characters."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"prefix must be a non-empty string, got {value!r}")
     if len(value) > MAX_PREFIX_LENGTH:
         raise ValueError(f"prefix must be at most {MAX_PREFIX_LENGTH} characters")
     if "{" in value or "}" in value:
         raise ValueError(f"prefix must not contain braces (Redis Cluster hash tags): {value!r}")
+    if _GLOB_OR_CONTROL.search(value):
+        # Keys are found (and cleaned up) by SCAN MATCH "<prefix>:*": a pattern character
+        # in the prefix would match, and delete, the keys of other prefixes.
+        raise ValueError(
+            "prefix must not contain glob characters (* ? [ ] \\) or control characters: "
+            f"{value!r}"
+        )
     return value
 
 
