@@ -1,77 +1,69 @@
-"""`make bench`: throughput figures, each as a ratio measured side by side in one run.
+"""`make bench`: every figure a ratio against a baseline measured in the same round.
 
-1. checks: one limiter check against PING and a bare EVALSHA on the same client;
-2. replay: the reference model's decisions per second against fakeredis and Redis.
-
-Uses REDIS_URL, else 127.0.0.1:6379 when it answers, else only the embedded
-fakeredis (and says so). Writes build/bench/results.json and prints a summary.
+Parts (see each module): checks (floors, our limiters, peers, check_many), sync,
+concurrency, cluster, server cost, memory per key, near-cache, replay. Uses
+REDIS_URL, else 127.0.0.1:6379 when it answers, else the embedded fakeredis (and
+says so). Writes build/bench/results.json, PNG figures and summary.txt (what it
+prints: the tables and every target's verdict) beside it.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
-import platform
-from datetime import UTC, datetime
+import time
 from pathlib import Path
 
-import redis
+from . import plot, suite, summary
 
-from . import checks, replay
-
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
+PARTS = ("checks", "sync", "concurrency", "cluster", "cost", "memory", "nearcache", "replay")
 
 
-def pick_url() -> str | None:
-    url = os.environ.get("REDIS_URL")
-    if url:
-        return url
-    try:
-        redis.Redis.from_url(DEFAULT_URL, socket_connect_timeout=0.5).ping()
-        return DEFAULT_URL
-    except redis.exceptions.RedisError:
-        return None
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description="rate-limit lab benchmarks")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("-n", type=int, default=2000, help="check calls per case per round")
-    parser.add_argument("--requests", type=int, default=1_000_000, help="replay trace length")
-    parser.add_argument("--redis-rows", type=int, default=20_000, help="rows replayed on Redis")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ratelimit.bench", description=__doc__.split("\n")[0]
+    )
+    d = suite.Options()
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and 2 rounds (tests)")
+    parser.add_argument("--rounds", type=int, help=f"interleaved rounds (default {d.rounds})")
+    parser.add_argument("-n", type=int, help=f"checks per case per round (default {d.n})")
+    parser.add_argument("--only", nargs="+", choices=PARTS, help="run only these parts")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="cProfile N sliding-log checks"
+    )
+    parser.add_argument(
+        "--shared-server", action="store_true", help="no private redis-server for cost/memory"
+    )
     parser.add_argument("--out", type=Path, default=Path("build/bench/results.json"))
-    args = parser.parse_args()
-    url = pick_url()
-    report = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}",
-        "backend": "real Redis" if url else "embedded fakeredis (no Redis answered)",
-        "checks": asyncio.run(checks.run(args.rounds, args.n, url)),
-        "replay": replay.run(max(3, args.rounds // 2), args.requests, args.redis_rows, url),
-    }
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args(argv)
+
+    options = suite.Options.quick() if args.quick else suite.Options()
+    if args.rounds:
+        options.rounds = args.rounds
+    if args.n:
+        options.n = args.n
+    if args.only:
+        options.parts = set(args.only)
+    options.profile_n = args.profile
+    options.private_server = not args.shared_server
+
+    start = time.perf_counter()
+    report = suite.run(options)
+    report["duration_s"] = round(time.perf_counter() - start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-
-    print(f"{report['backend']}; {report['machine']}; {report['date']}")
-    c = report["checks"]
-    print(
-        f"\nchecks: median of {c['rounds']} interleaved rounds, {c['calls_per_case_per_round']}"
-        " sequential async calls per case"
-    )
-    print(f"{'case (a batch counts its 100 checks)':40} {'per s':>10} {'x PING':>8}")
-    for name, r in c["results"].items():
-        print(f"{name:40} {r['ops_per_s']:>10,.0f} {r['x_ping']:>8.2f}")
-    r = report["replay"]
-    print(f"\nreplay: {r['trace']}; median of {r['rounds']} rounds")
-    print(f"{'backend':40} {'decisions/s':>12} {'model x':>8}")
-    for name, v in r["results"].items():
-        print(f"{name:40} {v['decisions_per_s']:>12,.0f} {v['model_x']:>8.1f}")
-    print(f"same decisions as the model: {r['same_decisions_as_model']}")
-    print(f"\nwritten to {args.out}")
+    figures = [] if args.no_plot else plot.write(report, args.out.parent)
+    text_file = args.out.parent / "summary.txt"
+    printed = summary.lines(report) + [
+        "",
+        f"written to {args.out}, {text_file}" + "".join(f", {p}" for p in figures),
+        f"took {report['duration_s']} s",
+    ]
+    text_file.write_text("\n".join(printed) + "\n")
+    print("\n".join(printed))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,101 +1,169 @@
-"""How fast one check is, as ratios against floors measured in the same run.
+"""One async check, as ratios against floors and peers measured in the same rounds.
 
-Cases run in interleaved rounds (A B C ... A B C ...), so drift on a noisy machine
-hits every case alike; each figure is the median over rounds, and each ratio is
-taken against the PING of the same round.
+Every case shares one asyncio client (peers: the same URL and settings) and runs in
+interleaved rounds (`rounds.py`). Cases:
+
+- floors: PING and EVALSHA of `return 1`;
+- our four limiters on one hot key and on 10,000 keys (a large limit keeps every
+  check on the admit path, the one that writes);
+- the peers (`peers.py`) on the same two key patterns;
+- what building a limiter per request costs: the classic recipe with one reused
+  object, and our sliding log built anew for every request;
+- `check_many` of 100 (one pipelined round trip), counted as 100 checks;
+- where a sliding-log check's time goes beyond the floor: EVALSHA `return 1` sent
+  with a check's KEYS and ARGV (client-side packing), and the sliding-log script
+  called bare with those arguments (plus its server-side work), before our limiter
+  code wraps it.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
-import statistics
 import time
-from collections.abc import Awaitable, Callable
-
-import redis.asyncio
+from typing import Any
 
 from .. import (
     FixedWindowLimiter,
     SlidingWindowCounterLimiter,
     SlidingWindowLimiter,
     TokenBucketLimiter,
-    connect,
 )
+from ..scripts import source
+from . import peers as peer_mod
+from . import rounds
+from .classic import ClassicLimiter
+from .cleanup import delete_prefix
 
-Case = Callable[[int], Awaitable[None]]
+LIMIT = 1_000_000  # per second: every check in a run is admitted
+KEYS = 10_000
+BATCH = 100
+FLOORS = ("PING", "EVALSHA return 1")
+OURS = (SlidingWindowLimiter, FixedWindowLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter)
+BATCH_CASE = f"SlidingWindowLimiter check_many({BATCH}), 10k keys"
+PER_REQUEST_CASE = "SlidingWindowLimiter, new object per request, 10k keys"
+CLASSIC_REUSED_CASE = "classic recipe, one object reused, 10k keys"
+ARGS_FLOOR_CASE = "EVALSHA return 1 with a check's KEYS/ARGV, 10k keys"
+BARE_SCRIPT_CASE = "sliding-log script called bare, 10k keys"
 
 
-def make_cases(client: redis.asyncio.Redis, prefix: str) -> dict[str, Case]:
+def hot(name: str) -> str:
+    return f"{name} hot key"
+
+
+def spread(name: str) -> str:
+    return f"{name} 10k keys"
+
+
+class Identities:
+    """client-0 .. client-9999 in turn, carrying on across rounds, so that a case
+    really cycles through all 10,000 keys rather than the first n of them."""
+
+    def __init__(self) -> None:
+        self._next = itertools.count()
+
+    def __call__(self) -> str:
+        return f"client-{next(self._next) % KEYS}"
+
+
+def _pair(check: peer_mod.Checker) -> tuple[rounds.AsyncCase, rounds.AsyncCase]:
+    async def on_hot(i: int) -> Any:
+        return await check("hot")
+
+    identity = Identities()
+
+    async def on_spread(i: int) -> Any:
+        return await check(identity())
+
+    return rounds.sequential(on_hot), rounds.sequential(on_spread)
+
+
+def make_cases(
+    client: Any, prefix: str, peers: dict[str, peer_mod.Peer]
+) -> dict[str, rounds.AsyncCase]:
     noop = client.register_script("return 1")
 
-    async def ping(i: int) -> None:
-        await client.ping()
+    async def ping(i: int) -> Any:
+        return await client.ping()
 
-    async def evalsha_return_1(i: int) -> None:
-        await noop()
+    async def evalsha(i: int) -> Any:
+        return await noop()
 
-    cases: dict[str, Case] = {"PING": ping, "EVALSHA return 1": evalsha_return_1}
-    for cls in (
-        SlidingWindowLimiter,
-        FixedWindowLimiter,
-        SlidingWindowCounterLimiter,
-        TokenBucketLimiter,
-    ):
-        # A large limit keeps every check on the admit path, the one that writes.
-        limiter = cls(client, 1, 1_000_000, prefix=f"{prefix}:{cls.__name__}")
+    cases = {"PING": rounds.sequential(ping), "EVALSHA return 1": rounds.sequential(evalsha)}
+    for cls in OURS:
+        limiter = cls(client, 1, LIMIT, prefix=f"{prefix}:{cls.__name__}")
+        cases[hot(cls.__name__)], cases[spread(cls.__name__)] = _pair(limiter.check)
+    for name, peer in peers.items():
+        cases[hot(name)], cases[spread(name)] = _pair(peer.check)
 
-        async def hot(i: int, limiter=limiter) -> None:
-            await limiter.check("hot")
+    classic = ClassicLimiter(client, LIMIT, 1, prefix=f"{prefix}:classic-reused")
+    ids_classic, ids_per_request, ids_batch = Identities(), Identities(), Identities()
 
-        async def spread(i: int, limiter=limiter) -> None:
-            await limiter.check(f"client-{i % 10_000}")
+    async def classic_reused(i: int) -> Any:
+        return await classic.is_allowed(ids_classic())
 
-        cases[f"{cls.__name__} hot key"] = hot
-        cases[f"{cls.__name__} 10k keys"] = spread
+    async def ours_per_request(i: int) -> Any:
+        limiter = SlidingWindowLimiter(client, 1, LIMIT, prefix=f"{prefix}:per-request")
+        return await limiter.check(ids_per_request())
+
+    batcher = SlidingWindowLimiter(client, 1, LIMIT, prefix=f"{prefix}:batch")
+
+    async def batch(i: int) -> Any:
+        return await batcher.check_many([ids_batch() for _ in range(BATCH)])
+
+    # The script's KEYS and ARGV as prelude.lua documents them: now ms, window ms,
+    # limit, cost, TTL slack; keys as our limiter names them.
+    log = SlidingWindowLimiter(client, 1, LIMIT, prefix=f"{prefix}:bare")
+    bare = client.register_script(source("sliding_log"))
+    ids_args, ids_bare = Identities(), Identities()
+
+    async def args_floor(i: int) -> Any:
+        return await noop(keys=[log.key_for(ids_args())], args=[_now_ms(), 1000, LIMIT, 1, 0])
+
+    async def bare_script(i: int) -> Any:
+        return await bare(keys=[log.key_for(ids_bare())], args=[_now_ms(), 1000, LIMIT, 1, 0])
+
+    cases[ARGS_FLOOR_CASE] = rounds.sequential(args_floor)
+    cases[BARE_SCRIPT_CASE] = rounds.sequential(bare_script)
+    cases[CLASSIC_REUSED_CASE] = rounds.sequential(classic_reused)
+    cases[PER_REQUEST_CASE] = rounds.sequential(ours_per_request)
+    cases[BATCH_CASE] = rounds.sequential(batch, checks_per_call=BATCH)
     return cases
 
 
-def make_batch_cases(client: redis.asyncio.Redis, prefix: str) -> dict[str, Case]:
-    """Batches of 100 checks, one pipelined round trip each (see `measure_batches`)."""
-    limiter = SlidingWindowLimiter(client, 1, 1_000_000, prefix=f"{prefix}:batch")
-
-    async def batch(i: int) -> None:
-        await limiter.check_many([f"client-{(i * 100 + j) % 10_000}" for j in range(100)])
-
-    return {"SlidingWindowLimiter check_many(100), 10k keys": batch}
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
-async def measure(case: Case, n: int) -> float:
-    start = time.perf_counter()
-    for i in range(n):
-        await case(i)
-    return n / (time.perf_counter() - start)
+async def _check_admits(peers: dict[str, peer_mod.Peer]) -> None:
+    """Each peer must be measured on its admit path, like ours."""
+    for name, peer in peers.items():
+        if not peer.admitted(await peer.check("admission-probe")):
+            raise RuntimeError(f"{name} rejected a check of a {LIMIT}/s limit; fix the setup")
 
 
-async def run(rounds: int, n: int, url: str | None) -> dict:
-    client = connect(url)
-    prefix = f"bench:{os.getpid()}"
-    cases = make_cases(client, prefix)
-    for case in cases.values():  # warm up: load scripts, open connections
-        await measure(case, 50)
-    batches = make_batch_cases(client, prefix)
-    per_round: list[dict[str, float]] = []
-    for _ in range(rounds):
-        speeds = {name: await measure(case, n) for name, case in cases.items()}
-        # A batch call decides 100 requests: checks per second = calls per second x 100.
-        speeds.update(
-            {name: 100 * await measure(b, max(1, n // 100)) for name, b in batches.items()}
-        )
-        per_round.append(speeds)
-    cases = {**cases, **batches}
-    if url is not None:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
-        for i in range(0, len(keys), 1000):
-            await client.delete(*keys[i : i + 1000])
-    await client.aclose()
-    results = {}
-    for name in cases:
-        ops = [r[name] for r in per_round]
-        ratios = [r[name] / r["PING"] for r in per_round]
-        results[name] = {"ops_per_s": statistics.median(ops), "x_ping": statistics.median(ratios)}
-    return {"rounds": rounds, "calls_per_case_per_round": n, "results": results}
+async def run(
+    client: Any, url: str | None, n_rounds: int, n: int, warmup: int = 50
+) -> dict[str, Any]:
+    """Measure the async cases; `client` is ours, `url` lets the peers open their own."""
+    prefix = f"bench:{os.getpid()}:checks"
+    peers, skipped = peer_mod.build(client, url, prefix, LIMIT)
+    try:
+        await _check_admits(peers)
+        cases = make_cases(client, prefix, peers)
+        per_round = await rounds.run_async(cases, n_rounds, n, warmup)
+    finally:
+        for peer in peers.values():
+            for close in peer.closers:
+                await close()
+        await delete_prefix(client, prefix)
+    return {
+        "rounds": n_rounds,
+        "checks_per_case_per_round": n,
+        "limit": f"{LIMIT:,} per second (every check admitted)",
+        "baselines": list(FLOORS),
+        "peers": {name: {"counterpart": p.counterpart} for name, p in peers.items()},
+        "skipped": skipped,
+        "per_round": per_round,
+        "results": rounds.summarize(per_round, FLOORS),
+    }

@@ -38,7 +38,7 @@ def _timed(frame: pd.DataFrame, limiter) -> tuple[float, pd.DataFrame]:
 def run(rounds: int, requests: int, redis_rows: int, url: str | None) -> dict:
     full = trace(requests)
     head = full.iloc[:redis_rows].reset_index(drop=True)
-    backends = {"fakeredis": connect_sync(None)}
+    backends = {"fakeredis": connect_sync(None, embedded=True)}
     if url is not None:
         backends["real Redis"] = connect_sync(url)
     same = {}

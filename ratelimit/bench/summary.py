@@ -1,0 +1,158 @@
+"""The printed summary of a bench run: one table per part, then the targets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .checks import FLOORS
+
+
+def _ratios_table(part: dict[str, Any], bases: list[str], title: str) -> list[str]:
+    heads = "".join(f" {('x ' + b.split(',')[0])[:18]:>18}" for b in bases)
+    lines = [title, f"{'case':58} {'per s':>9}{heads}"]
+    for name, r in part["results"].items():
+        cells = "".join(f" {r['ratios'][b]:>18.2f}" for b in bases)
+        lines.append(f"{name:58} {r['checks_per_s']:>9,.0f}{cells}")
+    return lines
+
+
+def _skipped(part: dict[str, Any]) -> list[str]:
+    return [f"  {name}: {reason}" for name, reason in part.get("skipped", {}).items()]
+
+
+def lines(report: dict[str, Any]) -> list[str]:
+    out = [f"{report['backend']}; {report['machine']}; {report['date']}"]
+    if "checks" in report:
+        c = report["checks"]
+        out += [""] + _ratios_table(
+            c,
+            list(FLOORS),
+            f"async checks: median of {c['rounds']} interleaved rounds, "
+            f"{c['checks_per_case_per_round']} checks per case per round; limit {c['limit']}",
+        )
+        out += _skipped(c)
+    if "sync" in report:
+        s = report["sync"]
+        out += [""] + _ratios_table(
+            s, list(FLOORS), f"sync checks (ratios against the sync floors), {s['rounds']} rounds"
+        )
+    if "concurrency" in report:
+        k = report["concurrency"]
+        out.append("")
+        out.append(f"concurrency: tasks sharing one client, {k['rounds']} rounds")
+        out.append(f"{'case':58} {'per s':>9} {'x PING same N':>14}")
+        for name, r in k["results"].items():
+            ratio = next(iter(r["ratios"].values()))
+            out.append(f"{name:58} {r['checks_per_s']:>9,.0f} {ratio:>14.2f}")
+    if "cluster" in report:
+        cl = report["cluster"]
+        out.append("")
+        if "skipped" in cl:
+            out.append(f"cluster: {cl['skipped']}")
+        else:
+            title = f"cluster at {cl['url']} (from {cl.get('source', 'given')})"
+            out += _ratios_table(cl, [next(iter(cl["results"]))], title)
+    if "server_cost" in report:
+        sc = report["server_cost"]
+        out.append("")
+        if "skipped" in sc:
+            out.append(f"server cost: {sc['skipped']}")
+        else:
+            out.append(f"server cost per check (INFO commandstats) on {sc['server']}")
+            out.append(f"{'case':58} {'usec':>7} {'top-level cmds':>14}")
+            for name, r in sc["results"].items():
+                cmds = r["top_level_commands_per_check"]
+                out.append(f"{name:58} {r['usec_per_check']:>7.2f} {cmds:>14.2f}")
+    if "memory" in report:
+        m = report["memory"]
+        out.append("")
+        if "skipped" in m:
+            out.append(f"memory: {m['skipped']}")
+        else:
+            out.append(
+                f"memory per key, Redis {m['redis_version']}, "
+                f"zset-max-listpack-entries {m['zset_max_listpack_entries']}"
+            )
+            out.append(
+                f"{'algorithm':22} {'limit':>8} {'bytes/key':>11} {'bytes/member':>13}  encoding"
+            )
+            for r in m["rows"]:
+                alg = f"{r['algorithm']} {r['member_format']}".strip()
+                per = "" if r["bytes_per_member"] is None else f"{r['bytes_per_member']:.1f}"
+                size = f"{r['limit']:>8,} {r['bytes_per_key']:>11,} {per:>13}"
+                out.append(f"{alg:22} {size}  {r['encoding']}")
+    if "nearcache" in report:
+        out += [""] + _nearcache(report["nearcache"])
+    if "replay" in report:
+        r = report["replay"]
+        out += ["", f"replay: {r['trace']}; median of {r['rounds']} rounds"]
+        out.append(f"{'backend':40} {'decisions/s':>12} {'model x':>8}")
+        for name, v in r["results"].items():
+            out.append(f"{name:40} {v['decisions_per_s']:>12,.0f} {v['model_x']:>8.1f}")
+        out.append(f"same decisions as the model: {r['same_decisions_as_model']}")
+    if "profile" in report:
+        p = report["profile"]
+        out += ["", f"cProfile of {p['checks']} sliding-log checks, 10k keys (own time per check)"]
+        for row in p["top_by_own_time"][:10]:
+            out.append(f"  {row['own_us_per_check']:7.1f} us  {row['function']}")
+    if report.get("targets"):
+        out += ["", "targets (throughput: median of same-round ratios):"]
+        out += [line for t in report["targets"] for line in _target(t)]
+    if report.get("timings_s"):
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in report["timings_s"].items())
+        out += ["", f"seconds per part: {parts}"]
+    return out
+
+
+def _nearcache(nc: dict[str, Any]) -> list[str]:
+    if "skipped" in nc:
+        return [f"near-cache: {nc['skipped']}"]
+    out = [
+        f"near-cache on {nc['backend']}: {nc['abuser']}; median of {nc['rounds']} rounds, "
+        f"{nc['checks_per_case_per_round']:,} checks per case per round",
+        f"{'case':40} {'decisions/s':>12} {'x classic':>10}",
+    ]
+    ratios = {
+        "near-cache": nc["near_cache_x_classic"],
+        "no cache": nc["no_cache_x_classic"],
+        "classic recipe": 1.0,
+    }
+    for name, per_s in nc["decisions_per_s"].items():
+        out.append(f"{name:40} {per_s:>12,.0f} {ratios.get(name, float('nan')):>10.2f}")
+    ex = nc["exactness"]
+    calls = ex["redis_calls_per_local_rejection"]
+    out.append(
+        f"answered locally: {nc['local_share']:.1%} of the near-cache's checks; "
+        f"near-cache x no cache: {nc['near_cache_x_no_cache']:.2f}"
+    )
+    out.append(
+        f"exactness, {ex['trace']}: {ex['identical_decisions']:,}/{ex['checks']:,} decisions "
+        f"identical to the uncached limiter; {ex['locally_rejected']:,} rejected locally, "
+        f"{'n/a' if calls is None else f'{calls:.3f}'} Redis calls per such check"
+    )
+    return out
+
+
+def _figure(t: dict[str, Any]) -> str:
+    unit = t["unit"]
+    if unit == "x":
+        text = f"{t['value']:.2f}x"
+    elif isinstance(t["value"], float):
+        text = f"{t['value']:.2f}{unit}"
+    else:
+        text = f"{t['value']:,}{unit}"
+    if t.get("quartiles"):
+        q1, q3 = t["quartiles"]
+        text += f" (rounds' quartiles {q1:.2f}-{q3:.2f}"
+        text += ")" if t["threshold"] is None else f"; need {t['op']} {t['threshold']:g}{unit})"
+    elif t["threshold"] is not None and t["op"] != "==":
+        text += f" (need {t['op']} {t['threshold']:g}{unit})"
+    return text
+
+
+def _target(t: dict[str, Any]) -> list[str]:
+    if t["verdict"] == "SKIP":
+        return [f"  SKIP       {t['target']}: {t['skipped']}"]
+    lines = [f"  {t['verdict']:10} {t['target']}: {_figure(t)}"]
+    lines += [f"             - {why}" for why in t.get("why", [])]
+    return lines
