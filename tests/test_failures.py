@@ -435,3 +435,33 @@ async def test_bad_input_is_not_a_redis_failure(identity, cost, mode, plain_clie
     )
     with pytest.raises(ValueError):
         await check(limiter, identity, cost=cost)
+
+
+class Stalled(fakeredis.FakeAsyncRedis):
+    """A client whose script calls never answer (a stalled server)."""
+
+    async def evalsha(self, *args, **kwargs):
+        await asyncio.Event().wait()
+
+
+async def test_the_timeout_bounds_every_check():
+    """Stalled checks, alone or many at once, end degraded after about `timeout`."""
+    limiter = ratelimit.SlidingWindowLimiter(Stalled(), 1, 10, on_error="deny", timeout=0.2)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    decisions = await asyncio.gather(*(limiter.check(f"c{i}") for i in range(20)))
+    assert all(d.degraded and not d.allowed for d in decisions)
+    assert loop.time() - start < 0.2 + 1.0  # generous margin for a busy machine
+    start = loop.time()
+    assert (await limiter.check("again")).degraded
+    assert loop.time() - start >= 0.19  # (timers may fire within clock resolution)
+
+
+async def test_a_cancelled_check_is_cancelled_not_degraded():
+    """A caller's own cancellation must propagate, not turn into a decision."""
+    limiter = ratelimit.SlidingWindowLimiter(Stalled(), 1, 10, on_error="deny", timeout=5)
+    task = asyncio.ensure_future(limiter.check("a"))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

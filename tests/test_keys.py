@@ -118,3 +118,16 @@ async def test_no_raw_identity_in_the_keyspace(client, prefix):
         else:
             values = [await client.get(key)]
         assert all(b"SECRET" not in v for v in values)
+
+
+@pytest.mark.parametrize("secret", [None, b"s3cret"])
+def test_the_fast_key_path_builds_the_documented_key(secret):
+    """`key_for`'s hot path skips `keys.make_key`'s generic checks: it must still
+    build the very same key, for any text."""
+    from ratelimit import keys
+
+    limiter = ratelimit.SlidingWindowLimiter(fakeredis.FakeAsyncRedis(), 1, 10, key_secret=secret)
+    for identity in ["a", "alice", "évé", "\ud800x", "{tag}\n", "x" * 10_000, "🙂" * 3]:
+        assert limiter.key_for(identity) == keys.make_key("rl", "log", identity, secret=secret)
+    with pytest.raises(ValueError, match="must not be empty"):
+        limiter.key_for("")
