@@ -63,6 +63,20 @@ class LimiterBase(Policy):
         sends it, else (clock="redis") the host's monotonic clock in ms."""
         return now_arg if now_arg != b"" else _monotonic() * 1000
 
+    def _cached(self, keys: list[str], args: list[Any]) -> tuple[Decision | None, float]:
+        """A rejection the near-cache still holds for this check (None: ask Redis), and
+        the check's time on the cache's clock, to pass on to `_learn`."""
+        sent = self._local_ms(args[0])
+        return self.near_cache.lookup(keys[0], args[3], sent), sent  # type: ignore[union-attr]
+
+    def _learn(self, keys: list[str], args: list[Any], decision: Decision, sent: float) -> None:
+        """Tell the near-cache what Redis decided."""
+        cache = self.near_cache
+        if decision.allowed:  # new entries: a cached rejection's retry is stale
+            cache.forget(keys[0])  # type: ignore[union-attr]
+        else:
+            cache.remember(keys[0], args[3], decision, sent, self._local_ms(args[0]))  # type: ignore[union-attr]
+
     def _prepare(self, identity: str | bytes, cost: Any) -> tuple[list[str], list[Any]]:
         """Validate a request and build the script's KEYS and ARGV."""
         key = self.key_for(identity)

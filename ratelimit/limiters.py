@@ -33,10 +33,8 @@ class AsyncLimiter(LimiterBase):
         `Decision` with `degraded=True` (allowed under "allow", rejected under "deny").
         """
         keys, args = self._prepare(identity, cost)
-        cache = self.near_cache
-        if cache is not None:
-            sent = self._local_ms(args[0])
-            cached = cache.lookup(keys[0], args[3], sent)
+        if self.near_cache is not None:
+            cached, sent = self._cached(keys, args)
             if cached is not None:
                 return cached  # a rejection Redis gave still stands: no round trip
         try:
@@ -47,11 +45,8 @@ class AsyncLimiter(LimiterBase):
         except UNAVAILABLE as exc:
             return self._unavailable(exc)
         decision = self._decision(reply)
-        if cache is not None:
-            if decision.allowed:  # new entries: a cached rejection's retry is stale
-                cache.forget(keys[0])
-            else:
-                cache.remember(keys[0], args[3], decision, sent, self._local_ms(args[0]))
+        if self.near_cache is not None:
+            self._learn(keys, args, decision, sent)
         return decision
 
     async def check_many(
