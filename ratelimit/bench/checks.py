@@ -153,9 +153,7 @@ async def run(
         cases = make_cases(client, prefix, peers)
         per_round = await rounds.run_async(cases, n_rounds, n, warmup)
     finally:
-        for peer in peers.values():
-            for close in peer.closers:
-                await close()
+        await peer_mod.close_all(peers)
         await delete_prefix(client, prefix)
     return {
         "rounds": n_rounds,

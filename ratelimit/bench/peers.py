@@ -126,3 +126,10 @@ def build(
 
     peers["classic recipe"] = Peer(classic, bool, COUNTERPARTS["classic recipe"])
     return peers, skipped
+
+
+async def close_all(peers: dict[str, Peer]) -> None:
+    """Close what the peers opened (their own clients)."""
+    for peer in peers.values():
+        for close in peer.closers:
+            await close()

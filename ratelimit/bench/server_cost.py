@@ -72,9 +72,7 @@ async def run(client: Any, url: str, calls: int, where: str) -> dict[str, Any]:
             await case(done)
             results[name] = per_check(before, await commandstats(client), done)
     finally:
-        for peer in peers.values():
-            for close in peer.closers:
-                await close()
+        await peer_mod.close_all(peers)
         await delete_prefix(client, prefix)
     return {
         "server": where,
