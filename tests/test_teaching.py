@@ -57,7 +57,8 @@ async def test_over_admits_under_concurrency_on_real_redis(real_redis_url, prefi
         naive_counts, lua_counts = [], []
         for round_ in range(5):
             naive = NonAtomicSlidingLog(client, 1, LIMIT, prefix=f"{prefix}:naive")
-            lua = SlidingWindowLimiter(client, 1, LIMIT, prefix=f"{prefix}:lua")
+            # (A minute: a stalled machine must not open a second window for it.)
+            lua = SlidingWindowLimiter(client, 60, LIMIT, prefix=f"{prefix}:lua")
             who = f"round-{round_}"
             admitted = await asyncio.gather(*(naive.check(who) for _ in range(CONCURRENT)))
             naive_counts.append(sum(admitted))
