@@ -57,7 +57,7 @@ def figure(
     limit: float = 1_000,
     window_s: int = 3_600,
     headroom: float = 0.5,
-    shard_memory_gib: float = 16,
+    shard_memory_gib: float = 14,
     shard_checks_per_s: float = 50_000,
     us_per_check: Mapping[str, float] = US_PER_CHECK,
     key_overhead_bytes: float = 64,
