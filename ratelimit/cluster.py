@@ -41,7 +41,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import redis
@@ -49,7 +48,7 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .process import free_port
+from .process import Managed, free_port
 from .server import EXECUTABLE, RedisServer
 
 __all__ = ["CLI", "LocalCluster", "NodeServer", "main"]
@@ -108,7 +107,7 @@ class NodeServer(RedisServer):
         )  # fmt: skip
 
 
-class LocalCluster:
+class LocalCluster(Managed):
     """`masters` masters with `replicas` replicas each, on free loopback ports.
 
     - `workdir`: holds every node's log and nodes.conf; by default a temporary
@@ -295,17 +294,6 @@ class LocalCluster:
             node._finalizer.detach()
             node._box[0] = None
         self._own_workdir = False
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         running = sum(node.running for node in self.nodes)

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-__all__ = ["LocalProcess", "free_port"]
+__all__ = ["LocalProcess", "Managed", "free_port"]
 
 
 def free_port() -> int:
@@ -27,7 +27,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class LocalProcess:
+class Managed:
+    """A context manager for whatever has `start()` and `close()`: `with X() as x:`."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class LocalProcess(Managed):
     """One child process, its working directory and its log; stopped by its PID.
 
     Subclasses implement `start()` (spawn with `_spawn`, then wait until it answers).
@@ -51,9 +72,6 @@ class LocalProcess:
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
-
-    def start(self) -> Self:
-        raise NotImplementedError
 
     def _workdir(self, prefix: str) -> Path:
         if self.workdir is None:
@@ -86,17 +104,6 @@ class LocalProcess:
         if self._own_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"

@@ -23,6 +23,13 @@ from .checks import ARGS_FLOOR_CASE, BARE_SCRIPT_CASE, CLASSIC_REUSED_CASE, FLOO
 DECOMPOSITION = (ARGS_FLOOR_CASE, BARE_SCRIPT_CASE)
 
 
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _checks(checks: dict[str, Any], path: Path) -> Path:
     results = checks["results"]
     base = FLOORS[1]
@@ -50,10 +57,7 @@ def _checks(checks: dict[str, Any], path: Path) -> Path:
     )
     ax.legend(loc="lower right")
     ax.tick_params(axis="y", labelsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _concurrency(conc: dict[str, Any], path: Path) -> Path:
@@ -70,16 +74,13 @@ def _concurrency(conc: dict[str, Any], path: Path) -> Path:
     ax.set_title("Throughput against concurrency (median of rounds)")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _memory(memory: dict[str, Any], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for fmt, label in (
-        ("script", "our script's integer members"),
+        ("script", "our script's 3-byte members"),
         ("classic", '"<ms>:<ns>" members'),
     ):
         rows = [r for r in memory["rows"] if r["algorithm"] == "log" and r["member_format"] == fmt]
@@ -97,10 +98,7 @@ def _memory(memory: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"Sliding-log memory per member, Redis {memory['redis_version']}")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _nearcache(nc: dict[str, Any], path: Path) -> Path:
@@ -117,10 +115,7 @@ def _nearcache(nc: dict[str, Any], path: Path) -> Path:
         "the classic recipe",
         fontsize=10,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def write(report: dict[str, Any], directory: Path) -> list[Path]:
