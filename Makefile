@@ -54,8 +54,8 @@ help:
 	@echo "make run     execute notebooks/[0-9]*.ipynb in place and build $(REPORT_DIR)/"
 	@echo "make lab     start JupyterLab on notebooks/"
 	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
-	@echo "make bench   run python -m ratelimit.bench; BENCH_ARGS=... is passed on"
-	@echo "make lint    ruff check ratelimit tests tools"
+	@echo "make bench   run python -m bench; BENCH_ARGS=... is passed on"
+	@echo "make lint    ruff check ratelimit bench tests tools"
 	@echo "make cluster-up    start a local 3-master Redis Cluster; prints its URL, PIDs in $(CLUSTER_DIR)/state.json"
 	@echo "make cluster-down  stop exactly the PIDs cluster-up recorded and remove $(CLUSTER_DIR)/"
 	@echo "make lock    regenerate $(LOCK) from pyproject.toml (all extras, Python 3.11)"
@@ -108,21 +108,21 @@ lab: setup
 serve: setup
 	$(VPY) -m ratelimit.demo --host 127.0.0.1 --port $(SERVE_PORT) $(SERVE_ARGS)
 
-# bench: the library's benchmark module.
+# bench: the benchmark suite (bench/, beside the library).
 bench: setup
-	$(VPY) -m ratelimit.bench $(BENCH_ARGS)
+	$(VPY) -m bench $(BENCH_ARGS)
 
 # cluster-up: a local Redis Cluster (3 masters, free loopback ports) that stays up; a no-op if it runs.
 cluster-up: setup
-	$(VPY) -m ratelimit.cluster up --dir $(CLUSTER_DIR)
+	$(VPY) -m ratelimit.devtools.cluster up --dir $(CLUSTER_DIR)
 
 # cluster-down: stop the PIDs recorded by cluster-up (and nothing else); a no-op if none.
 cluster-down: setup
-	$(VPY) -m ratelimit.cluster down --dir $(CLUSTER_DIR)
+	$(VPY) -m ratelimit.devtools.cluster down --dir $(CLUSTER_DIR)
 
 # lint: ruff over the library, the tests and the tools.
 lint: setup
-	ruff check ratelimit tests tools
+	ruff check ratelimit bench tests tools
 
 # clean: remove the venv, the report and every cache.
 clean:

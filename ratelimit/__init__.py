@@ -3,7 +3,11 @@ counter and token bucket (GCRA), each one Lua script under `ratelimit/lua/`.
 
 The classes here take a `redis.asyncio` client; `ratelimit.sync` has the same four
 for a synchronous `redis.Redis`. `connect()` gives a client for `REDIS_URL`, or an
-embedded fakeredis when none is set.
+embedded fakeredis when none is set. `ratelimit.http` puts a limiter on FastAPI routes.
+
+This package is the library a service imports; it needs neither numpy, pandas nor
+matplotlib. The lab that simulates and measures it lives in `ratelimit.lab` (the
+`lab` extra), and the tooling for private servers in `ratelimit.devtools`.
 """
 
 from .backends import connect, connect_sync, is_embedded
@@ -16,16 +20,6 @@ from .limiters import (
     TokenBucketLimiter,
 )
 
-
-def __getattr__(name: str):
-    # The replay needs numpy and pandas; load them only when it is used.
-    if name in ("replay", "replay_async"):
-        from . import simulation
-
-        return getattr(simulation, name)
-    raise AttributeError(f"module 'ratelimit' has no attribute {name!r}")
-
-
 __all__ = [
     "Decision",
     "FixedWindowLimiter",
@@ -36,6 +30,4 @@ __all__ = [
     "connect",
     "connect_sync",
     "is_embedded",
-    "replay",
-    "replay_async",
 ]

@@ -39,6 +39,7 @@ class LimiterBase(Policy):
         self.redis = redis
         # Opt-in local memory of rejections (see ratelimit.nearcache); None when off.
         size = nearcache.max_entries(near_cache)
+        self._options["near_cache"] = near_cache
         self.near_cache = (
             None if size is None else nearcache.NearCache(self.algorithm, self.limit, size)
         )
@@ -47,10 +48,12 @@ class LimiterBase(Policy):
         # constant arguments already encoded, and reads the host's clock directly.
         self._client = self._script.registered_client
         self._host_clock = self.clock is clocks.DEFAULT
-        self._argv_tail: tuple[bytes, ...] | None = None  # set on first use (GCRA's burst
-        # is only known once every __init__ has run)
         self._window_arg = str(self.window_ms).encode()
         self._limit_arg = str(self.limit).encode()
+        self._argv_tail = tuple(str(v).encode() for v in (self.ttl_slack_ms, *self.extra_args()))
+
+    def _rebuild(self, options: dict[str, Any]) -> Any:
+        return type(self)(self.redis, **options)
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, on_error={self.on_error!r})"
@@ -87,12 +90,7 @@ class LimiterBase(Policy):
         else:
             now = clocks.now_ms(self.clock)
             now_arg = b"" if now is None else now
-        tail = self._argv_tail
-        if tail is None:
-            tail = self._argv_tail = tuple(
-                str(v).encode() for v in (self.ttl_slack_ms, *self.extra_args())
-            )
-        args = [now_arg, self._window_arg, self._limit_arg, cost, *tail]
+        args = [now_arg, self._window_arg, self._limit_arg, cost, *self._argv_tail]
         return [key], args
 
     def _prepare_many(

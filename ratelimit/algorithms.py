@@ -1,24 +1,124 @@
-"""The four algorithms: which Lua script each runs and the tag in its Redis keys."""
+"""The four algorithms, listed once: everything else looks them up here.
+
+    from ratelimit import algorithms
+    algorithms.get("log").label                     # "sliding log"
+    algorithms.get("gcra").limiter_class("sync")    # ratelimit.sync.TokenBucketLimiter
+    [a.name for a in algorithms.ALGORITHMS]         # ["log", "fw", "swc", "gcra"]
+
+Each `Algorithm` names its tag in Redis keys, its label in tables and figures, its Lua
+script, whether it is exact, whether the near-cache may answer for it, and how many
+Redis commands its script issues per check. The limiter classes carry the same name in
+`ratelimit` (asyncio), `ratelimit.sync` and the lab's reference models
+(`ratelimit.lab.reference`), so `limiter_class` finds any of the three.
+"""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import Any, Literal
+
+Kind = Literal["async", "sync", "reference"]
+
+_MODULES: dict[str, str] = {
+    "async": "ratelimit.limiters",
+    "sync": "ratelimit.sync",
+    "reference": "ratelimit.lab.reference",  # needs the lab's extra (numpy, pandas)
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCommands:
+    """Redis commands (`redis.call`s) one check's script issues, per path, besides the
+    EVALSHA that runs it. A `clock="redis"` limiter adds one TIME to each path."""
+
+    admit: int  # an admitted request of cost 1
+    per_extra_unit: int  # more on the admit path for each unit of cost above 1
+    reject: int  # a rejected request, whatever its cost
 
 
 @dataclass(frozen=True, slots=True)
 class Algorithm:
-    name: str  # appears in keys, so two algorithms on one prefix never share a key
+    name: str  # tag in Redis keys, so two algorithms on one prefix never share a key
+    label: str  # how tables and figures name it
     script: str  # file stem under ratelimit/lua/
+    class_name: str  # the limiter class, the same name in every flavour
     exact: bool  # never admits more than the limit in any rolling window
+    commands: ScriptCommands
+    # Whether a cached rejection may answer later checks locally (see ratelimit.nearcache):
+    # None (never), "same cost", or "same or larger cost".
+    near_cache: str | None = None
     max_limit: int = 10**9
+
+    def limiter_class(self, kind: Kind = "async") -> type[Any]:
+        """This algorithm's limiter: "async" (`ratelimit`), "sync" (`ratelimit.sync`) or
+        "reference" (the in-memory model in `ratelimit.lab.reference`)."""
+        if kind not in _MODULES:
+            raise ValueError(f"kind must be one of {sorted(_MODULES)}, got {kind!r}")
+        return getattr(importlib.import_module(_MODULES[kind]), self.class_name)
 
 
 # The log stores one member per unit of cost; its script has 2^23 member slots, and a
 # million members already take about 100 MB for one key.
 SLIDING_LOG_MAX_LIMIT = 1_000_000
 
+# Commands counted per path in ratelimit/lua/*.lua (tests hold them to INFO commandstats):
+#   log   admit:  ZRANGE (newest entry), ZCOUNT, ZREMRANGEBYSCORE, ZADD NX (one per unit of
+#                 cost), PEXPIRE          reject: ZRANGE, ZCOUNT, ZRANGEBYSCORE (oldest blocker)
+#   fw    admit:  HMGET, HSET, PEXPIRE    reject: HMGET
+#   swc   admit:  HMGET, HSET, PEXPIRE    reject: HMGET
+#   gcra  admit:  GET, SET (with PX)      reject: GET
+# The log's ZADD NX is repeated when its probe hits a taken member slot: rare (at most
+# 10**6 members in 2**23 slots), and not counted.
+SLIDING_LOG = Algorithm(
+    "log",
+    "sliding log",
+    "sliding_log",
+    "SlidingWindowLimiter",
+    exact=True,
+    commands=ScriptCommands(admit=5, per_extra_unit=1, reject=3),
+    near_cache="same cost",
+    max_limit=SLIDING_LOG_MAX_LIMIT,
+)
+FIXED_WINDOW = Algorithm(
+    "fw",
+    "fixed window",
+    "fixed_window",
+    "FixedWindowLimiter",
+    exact=False,
+    commands=ScriptCommands(admit=3, per_extra_unit=0, reject=1),
+    near_cache="same or larger cost",
+)
+SLIDING_WINDOW_COUNTER = Algorithm(
+    "swc",
+    "sliding-window counter",
+    "sliding_window_counter",
+    "SlidingWindowCounterLimiter",
+    exact=False,
+    commands=ScriptCommands(admit=3, per_extra_unit=0, reject=1),
+)
+GCRA = Algorithm(
+    "gcra",
+    "GCRA (token bucket)",
+    "gcra",
+    "TokenBucketLimiter",
+    exact=False,
+    commands=ScriptCommands(admit=2, per_extra_unit=0, reject=1),
+)
 
-SLIDING_LOG = Algorithm("log", "sliding_log", exact=True, max_limit=SLIDING_LOG_MAX_LIMIT)
-FIXED_WINDOW = Algorithm("fw", "fixed_window", exact=False)
-SLIDING_WINDOW_COUNTER = Algorithm("swc", "sliding_window_counter", exact=False)
-GCRA = Algorithm("gcra", "gcra", exact=False)
+ALGORITHMS: tuple[Algorithm, ...] = (SLIDING_LOG, FIXED_WINDOW, SLIDING_WINDOW_COUNTER, GCRA)
+NAMES: tuple[str, ...] = tuple(a.name for a in ALGORITHMS)
+
+
+def get(spec: Any) -> Algorithm:
+    """An algorithm from its tag ("log", "fw", "swc", "gcra"), an `Algorithm`, or a
+    limiter class or instance of any flavour; ValueError for anything else."""
+    if isinstance(spec, str):
+        for a in ALGORITHMS:
+            if spec == a.name:
+                return a
+    else:
+        found = getattr(spec, "algorithm", spec)
+        if found in ALGORITHMS:
+            return found
+    raise ValueError(f"unknown algorithm {spec!r}: give one of {', '.join(NAMES)}")

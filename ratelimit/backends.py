@@ -21,6 +21,7 @@ other than `/0` is an error, since a cluster has only database 0. For such a URL
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -136,6 +137,11 @@ def is_embedded(client: Any) -> bool:
     return isinstance(client, fakeredis.FakeRedis | fakeredis.FakeAsyncRedis)
 
 
+# One bounded client per (caller's client, timeout): limiters built alike, such as the
+# copies `with_options` makes, share its pool instead of opening one each.
+_BOUNDED: weakref.WeakKeyDictionary[Any, dict[float, Any]] = weakref.WeakKeyDictionary()
+
+
 def bounded_client(client: Any, timeout: float) -> Any:
     """A sync client on the same server whose every command gives up after `timeout`.
 
@@ -145,11 +151,22 @@ def bounded_client(client: Any, timeout: float) -> Any:
     and no retries of its own (the limiter retries a dropped connection once itself).
     A `redis.RedisCluster` gets the same treatment (see `cluster_client.bounded_cluster`).
     """
+    cluster = isinstance(client, redis.RedisCluster)
+    if is_embedded(client) or not (cluster or getattr(client, "connection_pool", None)):
+        return client
+    try:
+        made = _BOUNDED.setdefault(client, {})
+    except TypeError:  # not weak-referenceable: make one for this limiter alone
+        made = {}
+    if timeout not in made:
+        made[timeout] = _bounded(client, timeout)
+    return made[timeout]
+
+
+def _bounded(client: Any, timeout: float) -> Any:
     if isinstance(client, redis.RedisCluster):
         return cluster_client.bounded_cluster(client, timeout)
-    pool = getattr(client, "connection_pool", None)
-    if pool is None or is_embedded(client):
-        return client
+    pool = client.connection_pool
     kwargs = dict(pool.connection_kwargs)
     kwargs.update(
         socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)

@@ -7,7 +7,7 @@ Routes, each with its own sliding-log budget per client (the `x-api-key` header,
 the address; see `ratelimit.http`):
 
 - `GET /within?lng=&lat=&radius=`: 10 units per second; a look-up costs 1 up to 500 m,
-  then by area (`traffic.geofence_cost`, at most 10). Redis down: 503 (fail-closed,
+  then by area (`ratelimit.costs.geofence_cost`, at most 10). Redis down: 503 (fail-closed,
   since each look-up holds a database connection).
 - `GET /tiles/{z}/{x}/{y}.png`: 100 per second, 1 each. Redis down: served anyway
   (fail-open, tiles are cheap), marked `X-RateLimit-Degraded: fail-open`.
@@ -24,26 +24,22 @@ uvicorn rewrites the client address from `X-Forwarded-For` itself when the peer 
 127.0.0.1 unless started with `--no-proxy-headers`: run it so, and name the proxies
 to believe with `create_app(trusted_proxies=...)` (`--trusted-proxy` here), so that
 one place decides. `python -m ratelimit.demo` does that.
-
-`DemoServer` runs this app under uvicorn in a subprocess on a free loopback port, for
-tests and notebooks, and stops it by its PID.
+(`ratelimit.devtools.demo_server.DemoServer` runs it in a subprocess for tests and
+chapters.)
 """
 
 # No `from __future__ import annotations` here: the routes in create_app use local
 # dependencies in Annotated[...], which FastAPI must see evaluated.
 import argparse
 import math
-import os
 import random
 import struct
-import sys
-import time
 import zlib
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Annotated, Any, Self
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi import Path as PathParam
@@ -54,12 +50,11 @@ from pydantic import BaseModel
 
 from . import clock as clocks
 from .backends import connect
+from .costs import GEOFENCE_MAX_COST, geofence_cost
 from .http import RateLimit, RateLimitInfo, install, rate_limit
 from .limiters import SlidingWindowLimiter
-from .process import LocalProcess, free_port
-from .traffic import geofence_cost
 
-__all__ = ["DemoServer", "create_app", "tile_png"]
+__all__ = ["create_app", "tile_png"]
 
 CENTER = (13.405, 52.52)  # lng, lat of the synthetic point set (central Berlin)
 POINTS_RADIUS_M = 5_000.0  # points are spread over a disc of this radius
@@ -67,7 +62,6 @@ MAX_RADIUS_M = 50_000.0  # largest look-up accepted
 MAX_ZOOM = 22
 TILE_SIZE = 256
 EARTH_RADIUS_M = 6_371_008.8
-GEOFENCE_MAX_COST = 10
 MAX_POINTS_RETURNED = 20
 
 
@@ -360,74 +354,6 @@ def __getattr__(name: str) -> Any:
             _app = create_app()
         return _app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# --- a server in a subprocess ------------------------------------------------------------
-
-
-class DemoServer(LocalProcess):
-    """`uvicorn ratelimit.demo:app` on a free loopback port, stopped by its PID.
-
-        with DemoServer() as server:          # started on enter, answering /healthz
-            httpx.get(server.url + "/within?lng=13.4&lat=52.5&radius=500")
-
-    `redis_url=None` runs the server on the embedded backend (REDIS_URL removed from
-    its environment); a URL points it at that Redis. The server's output goes to a log
-    file of its own, quoted when it fails to start. A server still running when this
-    Python process exits is stopped then.
-    """
-
-    def __init__(self, *, redis_url: str | None = None, args: Iterable[str] = ()) -> None:
-        super().__init__()
-        self.redis_url = redis_url
-        self.args = tuple(args)
-
-    @property
-    def url(self) -> str:
-        if self.port is None:
-            raise RuntimeError("the server has not been started")
-        return f"http://127.0.0.1:{self.port}"
-
-    def command(self, port: int) -> list[str]:
-        return [
-            sys.executable, "-m", "uvicorn", "ratelimit.demo:app",
-            "--host", "127.0.0.1", "--port", str(port),
-            "--no-proxy-headers", "--log-level", "warning", *self.args,
-        ]  # fmt: skip
-
-    def start(self, timeout: float = 30.0) -> Self:
-        """Start the server and return once `/healthz` answers (RuntimeError if it won't)."""
-        if self.running:
-            return self
-        import httpx
-
-        env = dict(os.environ)
-        env.pop("REDIS_URL", None)
-        if self.redis_url is not None:
-            env["REDIS_URL"] = self.redis_url
-        workdir = self._workdir("ratelimit-demo-")
-        for _attempt in range(3):  # a free port can be taken before uvicorn binds it
-            self.port = free_port()
-            log_path = workdir / f"uvicorn-{self.port}.log"
-            process = self._spawn(self.command(self.port), log_path, env)
-            deadline = time.monotonic() + timeout
-            while process.poll() is None and time.monotonic() < deadline:
-                try:
-                    if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
-                        return self
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.05)
-            text = log_path.read_text(errors="replace")
-            self.stop()
-            if "address already in use" not in text.lower():
-                tail = "\n".join(text.splitlines()[-15:])
-                self.close()
-                raise RuntimeError(
-                    f"uvicorn did not start within {timeout} s; its log ends:\n{tail}"
-                )
-        self.close()
-        raise RuntimeError("uvicorn could not bind a free port in 3 attempts")
 
 
 # --- python -m ratelimit.demo ----------------------------------------------------------

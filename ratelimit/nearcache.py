@@ -71,8 +71,6 @@ from .decision import Decision
 
 DEFAULT_MAX_ENTRIES = 10_000
 
-# Algorithm name -> whether a rejection at cost c also holds for every larger cost.
-_SUPPORTED = {algorithms.SLIDING_LOG.name: False, algorithms.FIXED_WINDOW.name: True}
 
 
 @dataclass(slots=True)
@@ -108,16 +106,16 @@ class NearCache:
     """
 
     def __init__(self, algorithm: Algorithm, limit: int, size: int = DEFAULT_MAX_ENTRIES) -> None:
-        if algorithm.name not in _SUPPORTED:
-            exact = ", ".join(sorted(_SUPPORTED))
+        if algorithm.near_cache is None:
+            exact = ", ".join(a.name for a in algorithms.ALGORITHMS if a.near_cache)
             raise ValueError(
-                f"near_cache is exact only for the sliding log and the fixed window "
-                f"(algorithms {exact}), not {algorithm.name!r}: see ratelimit.nearcache"
+                f"near_cache is exact only for algorithms {exact}, "
+                f"not {algorithm.name!r}: see ratelimit.nearcache"
             )
         self.algorithm = algorithm
         self.limit = limit
         self.max_entries = size
-        self._larger_costs = _SUPPORTED[algorithm.name]
+        self._larger_costs = algorithm.near_cache == "same or larger cost"
         self._entries: dict[str, _Rejection] = {}
         self.hits = 0  # checks answered locally
 

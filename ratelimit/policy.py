@@ -1,21 +1,33 @@
 """A limit policy: the validated options every limiter shares, Redis-backed or not.
 
-The Redis limiters (`ratelimit.limiters`, `ratelimit.sync`) and the in-memory
-reference models (`ratelimit.reference`) all build on `Policy`, so they accept the
+The Redis limiters (`ratelimit.limiters`, `ratelimit.sync`) and the lab's in-memory
+reference models (`ratelimit.lab.reference`) all build on `Policy`, so they accept the
 same options and reject the same bad input with the same messages.
+
+Options are fixed once a limiter is built: assigning one raises AttributeError.
+`limiter.with_options(clock=..., ...)` builds a new limiter with some options changed
+and leaves the original as it was (a replay drives such a copy on its virtual clock).
 """
 
 from __future__ import annotations
 
 import binascii
 import hashlib
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from . import clock as clocks
 from . import keys, validation
 from .algorithms import Algorithm
 
 VIRTUAL_CLOCK_TTL_SLACK_MS = 3_600_000
+
+# Attributes that hold an option: set once in __init__, never again.
+_FIXED = frozenset(
+    {
+        "algorithm", "window_ms", "limit", "prefix", "clock", "on_error", "timeout",
+        "readable_keys", "ttl_slack_ms", "burst", "redis", "near_cache",
+    }
+)  # fmt: skip
 
 # Standard base64 -> URL-safe base64 (what `keys.digest` produces), without padding.
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
@@ -40,7 +52,20 @@ class Policy:
         key_secret: bytes | None = None,
         ttl_slack_ms: int | None = None,
     ) -> None:
-        self.window_ms = validation.window_ms(window_seconds, window_ms)
+        # What builds an equal policy (`with_options`), as given: a default left as None
+        # is worked out again from the other options of the copy.
+        self._options: dict[str, Any] = {
+            "window_ms": validation.window_ms(window_seconds, window_ms),
+            "limit": limit,
+            "prefix": prefix,
+            "clock": clock,
+            "on_error": on_error,
+            "timeout": timeout,
+            "readable_keys": readable_keys,
+            "key_secret": key_secret,
+            "ttl_slack_ms": ttl_slack_ms,
+        }
+        self.window_ms = self._options["window_ms"]
         self.limit = validation.limit(limit, self.algorithm.max_limit)
         self.prefix = validation.prefix(prefix)
         self.clock = clocks.validate(clock)
@@ -64,6 +89,38 @@ class Policy:
         # largest valid cost, and the key's constant head "<prefix>:<algorithm>:{".
         self._max_cost = self.limit
         self._key_head = f"{self.prefix}:{self.algorithm.name}:{{"
+        self._more_options()
+
+    def _more_options(self) -> None:
+        """Validate a subclass's own options (called once the common ones are set)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FIXED and (name in self.__dict__ or name == "algorithm"):
+            raise AttributeError(
+                f"{name} is fixed once a limiter is built; "
+                f"limiter.with_options({name}=...) makes a new one"
+            )
+        object.__setattr__(self, name, value)
+
+    def with_options(self, **changes: Any) -> Self:
+        """A new limiter like this one with some options changed; this one is unchanged.
+
+        Takes the constructor's keyword options (`window_seconds` or `window_ms`,
+        `limit`, `prefix`, `clock`, `on_error`, `timeout`, `readable_keys`,
+        `key_secret`, `ttl_slack_ms`, and `burst` or `near_cache` where they apply).
+        A Redis limiter's copy talks to the same client with a near-cache of its own.
+        """
+        options = dict(self._options)
+        unknown = sorted(set(changes) - set(options) - {"window_seconds"})
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no option(s) {', '.join(unknown)}")
+        if "window_seconds" in changes:
+            del options["window_ms"]
+        options.update(changes)
+        return self._rebuild(options)
+
+    def _rebuild(self, options: dict[str, Any]) -> Self:
+        return type(self)(**options)
 
     @property
     def window_seconds(self) -> float:
@@ -108,7 +165,12 @@ class GcraPolicy(Policy):
     """GCRA's extra option: how much cost may arrive at once (default: the limit)."""
 
     def __init__(self, *args: Any, burst: int | None = None, **kwargs: Any) -> None:
+        self._burst_option = burst
         super().__init__(*args, **kwargs)
+
+    def _more_options(self) -> None:
+        burst = self._burst_option
+        self._options["burst"] = burst
         self.burst = (
             self.limit
             if burst is None

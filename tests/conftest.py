@@ -17,8 +17,8 @@ import redis
 import redis.asyncio
 
 from ratelimit.clock import ManualClock
-from ratelimit.cluster import LocalCluster
-from ratelimit.server import RedisServer
+from ratelimit.devtools.cluster import LocalCluster
+from ratelimit.devtools.server import RedisServer
 
 REAL_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -104,7 +104,7 @@ def private_redis(tmp_path) -> Iterator[RedisServer]:
     """A redis-server of this test's own on a free loopback port, stopped afterwards."""
     if not RedisServer.available():
         _missing("redis-server is not installed; the private-server tests need it")
-    with RedisServer(tmp_path) as server:  # `ratelimit.server`, shared with the notebooks
+    with RedisServer(tmp_path) as server:  # `ratelimit.devtools.server`, shared with the notebooks
         yield server
 
 

@@ -1,0 +1,69 @@
+"""`make bench`: every figure a ratio against a baseline measured in the same round.
+
+Parts (see each module): checks (floors, our limiters, peers, check_many), sync,
+concurrency, cluster, server cost, memory per key, near-cache, replay. Uses
+REDIS_URL, else 127.0.0.1:6379 when it answers, else the embedded fakeredis (and
+says so). Writes build/bench/results.json, PNG figures and summary.txt (what it
+prints: the tables and every target's verdict) beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from . import plot, suite, summary
+
+PARTS = ("checks", "sync", "concurrency", "cluster", "cost", "memory", "nearcache", "replay")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__.split("\n")[0]
+    )
+    d = suite.Options()
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and 2 rounds (tests)")
+    parser.add_argument("--rounds", type=int, help=f"interleaved rounds (default {d.rounds})")
+    parser.add_argument("-n", type=int, help=f"checks per case per round (default {d.n})")
+    parser.add_argument("--only", nargs="+", choices=PARTS, help="run only these parts")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="cProfile N sliding-log checks"
+    )
+    parser.add_argument(
+        "--shared-server", action="store_true", help="no private redis-server for cost/memory"
+    )
+    parser.add_argument("--out", type=Path, default=Path("build/bench/results.json"))
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args(argv)
+
+    options = suite.Options.quick() if args.quick else suite.Options()
+    if args.rounds:
+        options.rounds = args.rounds
+    if args.n:
+        options.n = args.n
+    if args.only:
+        options.parts = set(args.only)
+    options.profile_n = args.profile
+    options.private_server = not args.shared_server
+
+    start = time.perf_counter()
+    report = suite.run(options)
+    report["duration_s"] = round(time.perf_counter() - start, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    figures = [] if args.no_plot else plot.write(report, args.out.parent)
+    text_file = args.out.parent / "summary.txt"
+    printed = summary.lines(report) + [
+        "",
+        f"written to {args.out}, {text_file}" + "".join(f", {p}" for p in figures),
+        f"took {report['duration_s']} s",
+    ]
+    text_file.write_text("\n".join(printed) + "\n")
+    print("\n".join(printed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

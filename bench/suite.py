@@ -1,0 +1,216 @@
+"""One whole bench run: every part in order, gathered into one report (a dict for JSON).
+
+Parts that cannot run here say why in the report instead of failing the run: the
+peers without their packages or on fakeredis, the cluster when none is up (neither
+`RATELIMIT_CLUSTER_URL` nor a running `make cluster-up`), memory and server cost
+without a real server. Each part's duration is recorded (`timings_s`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import platform
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+
+from ratelimit import connect, connect_sync
+from ratelimit.devtools.server import RedisServer
+
+from . import (
+    checks,
+    cluster,
+    concurrency,
+    hotpath,
+    memory_per_key,
+    nearcache,
+    replay,
+    server_cost,
+    sync_checks,
+)
+from . import targets as targets_mod
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass
+class Options:
+    """How much to measure. `quick()` is for tests: tiny, two rounds."""
+
+    rounds: int = 21
+    n: int = 400  # checks per case per round
+    concurrency_n: int = 1000
+    tasks: tuple[int, ...] = concurrency.TASKS
+    cost_calls: int = 1000
+    memory_limits: tuple[int, ...] = memory_per_key.LIMITS
+    requests: int = 1_000_000  # replay: the model's trace
+    # replay: rows decided by Redis and fakeredis; their rates do not depend on the
+    # length, and fakeredis (~1,200 rows/s) would otherwise dominate the run
+    redis_rows: int = 5_000
+    replay_rounds: int = 3
+    nearcache_rounds: int = 9
+    nearcache_checks: int = nearcache.CHECKS_PER_ROUND
+    nearcache_trace_s: int = nearcache.TRACE_SECONDS
+    profile_n: int = 0  # 0: no cProfile of the hot path
+    private_server: bool = True  # server cost and memory on a redis-server of our own
+    parts: set[str] = field(
+        default_factory=lambda: {
+            "checks",
+            "sync",
+            "concurrency",
+            "cluster",
+            "cost",
+            "memory",
+            "nearcache",
+            "replay",
+        }
+    )
+
+    @classmethod
+    def quick(cls) -> Options:
+        return cls(
+            rounds=2,
+            n=40,
+            concurrency_n=100,
+            cost_calls=100,
+            memory_limits=(10, 128, 129, 1_000),
+            requests=5_000,
+            redis_rows=300,
+            replay_rounds=2,
+            nearcache_rounds=2,
+            nearcache_checks=300,
+            nearcache_trace_s=1,
+        )
+
+
+def pick_url() -> str | None:
+    """REDIS_URL, else 127.0.0.1:6379 when it answers, else None (fakeredis)."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        return url
+    try:
+        client = redis.Redis.from_url(DEFAULT_URL, socket_connect_timeout=0.5)
+        try:
+            client.ping()
+        finally:
+            client.close()
+        return DEFAULT_URL
+    except redis.exceptions.RedisError:
+        return None
+
+
+@contextlib.contextmanager
+def cost_server(url: str | None, private: bool) -> Iterator[tuple[str | None, str]]:
+    """(url, description) of the server for server cost and memory figures."""
+    if url is None:
+        yield None, "none: embedded fakeredis has no commandstats or MEMORY USAGE"
+    elif private and RedisServer.available():
+        with RedisServer() as server:
+            yield server.url, f"private redis-server on {server.url} (no other clients)"
+    else:
+        yield url, f"{url} (shared: other clients' commands may be counted)"
+
+
+class _Timer:
+    """Seconds spent per part, for `timings_s` in the report."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.perf_counter() - start, 1)
+
+
+async def _async_parts(
+    url: str | None, cost_url: str | None, where: str, o: Options, timer: _Timer
+) -> dict:
+    out: dict[str, Any] = {}
+    client = connect(url, embedded=url is None)
+    try:
+        if "checks" in o.parts:
+            with timer.part("checks"):
+                out["checks"] = await checks.run(client, url, o.rounds, o.n)
+        if "concurrency" in o.parts:
+            with timer.part("concurrency"):
+                out["concurrency"] = await concurrency.run(
+                    client, o.rounds, o.concurrency_n, o.tasks
+                )
+        if o.profile_n:
+            with timer.part("profile"):
+                out["profile"] = await hotpath.run(client, o.profile_n)
+    finally:
+        await client.aclose()
+    if "cluster" in o.parts:
+        with timer.part("cluster"):
+            out["cluster"] = await cluster.run(o.rounds, o.n)
+    if "cost" in o.parts:
+        if cost_url is None:
+            out["server_cost"] = {"skipped": f"skipped: {where}"}
+        else:
+            cost_client = connect(cost_url)
+            try:
+                with timer.part("cost"):
+                    out["server_cost"] = await server_cost.run(
+                        cost_client, cost_url, o.cost_calls, where
+                    )
+            finally:
+                await cost_client.aclose()
+    return out
+
+
+def run(options: Options | None = None, url: str | None = "auto") -> dict[str, Any]:
+    """Measure everything `options.parts` names; `url="auto"` picks a server (`pick_url`)."""
+    o = options or Options()
+    url = pick_url() if url == "auto" else url
+    timer = _Timer()
+    report: dict[str, Any] = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.node()}, "
+        f"Python {platform.python_version()}, redis-py {redis.__version__}",
+        "backend": f"real Redis at {url}" if url else "embedded fakeredis (no Redis answered)",
+        "options": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(o).items()},
+    }
+    with cost_server(url, o.private_server) as (cost_url, where):
+        report.update(asyncio.run(_async_parts(url, cost_url, where, o, timer)))
+        if "memory" in o.parts:
+            if cost_url is None:
+                report["memory"] = {"skipped": f"skipped: {where}"}
+            else:
+                mem_client = redis.Redis.from_url(cost_url)
+                try:
+                    with timer.part("memory"):
+                        report["memory"] = {
+                            "server": where,
+                            **memory_per_key.run(mem_client, o.memory_limits),
+                        }
+                finally:
+                    mem_client.close()
+    if "sync" in o.parts:
+        sync_client = connect_sync(url, embedded=url is None)
+        try:
+            with timer.part("sync"):
+                report["sync"] = sync_checks.run(sync_client, o.rounds, o.n)
+        finally:
+            sync_client.close()
+    if "nearcache" in o.parts:
+        with timer.part("nearcache"):
+            report["nearcache"] = nearcache.run(
+                url, o.nearcache_rounds, o.nearcache_checks, o.nearcache_trace_s
+            )
+    if "replay" in o.parts:
+        with timer.part("replay"):
+            report["replay"] = replay.run(o.replay_rounds, o.requests, o.redis_rows, url)
+    report["targets"] = targets_mod.judge(report)
+    report["timings_s"] = timer.seconds
+    return report

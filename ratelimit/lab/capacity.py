@@ -1,0 +1,359 @@
+"""Capacity arithmetic: what a limit policy costs Redis for a fleet of API keys.
+
+    from ratelimit.lab import capacity, memory
+
+    table = memory.load_table("notebooks/data/memory_per_key.csv")   # chapter 3's measurements
+    per_key = capacity.bytes_per_key(table, "log", 1000)              # one full key, bytes
+    capacity.plan_fleet(
+        "log", active_keys=10**6, rate_per_key=0.05, bytes_per_key=per_key,
+        us_per_check=21.0, shard_memory_bytes=16 * 2**30, shard_checks_per_s=50_000,
+        headroom=0.5, key_overhead_bytes=64,
+    )                                                                 # a CapacityPlan
+
+The model, in plain terms:
+
+- Memory: every active key (an identity that sent a request within one window, so its
+  key has not expired) holds `bytes_per_key`, read from a measured `memory_table`,
+  plus `key_overhead_bytes` of server bookkeeping that `MEMORY USAGE` leaves out.
+- Operations: every request is one check, admitted or not, and every check is one
+  EVALSHA, so a fleet of N keys sending R requests per second each makes N * R checks
+  per second. Inside the script each check issues a few more commands
+  (`script_commands`), which cost Redis CPU but no extra round trip.
+- One Redis (a shard) runs commands on one thread, so it can do at most one second of
+  work per second: at most 1e6 / `us_per_check` checks per second on script time
+  alone, and never more than the end-to-end throughput measured for it
+  (`shard_checks_per_second`). It holds at most `shard_memory_bytes` of data.
+- `headroom` is the share of each shard's memory and throughput kept free (peaks,
+  fragmentation, failover, a fork for persistence). A Redis Cluster of k shards
+  spreads the keys (hash-tagged per identity, so evenly) over k shards; one
+  identity's key always lives on one shard.
+
+Every function validates its input and raises ValueError naming the parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ratelimit import validation
+
+if TYPE_CHECKING:  # pandas is only needed by `bytes_per_key` (the "sim" extra)
+    import pandas as pd
+
+__all__ = [
+    "ALGORITHMS",
+    "SCRIPT_COMMANDS",
+    "CapacityPlan",
+    "ScriptCommands",
+    "bytes_per_key",
+    "checks_per_second",
+    "fleet_memory_bytes",
+    "keys_per_shard",
+    "log_members",
+    "mean_script_commands",
+    "plan_fleet",
+    "redis_cpu_cores",
+    "script_commands",
+    "shard_checks_per_second",
+    "shards_needed",
+]
+
+ALGORITHMS = ("log", "fw", "swc", "gcra")
+"""Algorithm names as in keys and in `memory_table`: sliding log, fixed window,
+sliding-window counter, GCRA (token bucket)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCommands:
+    """Redis commands (`redis.call`s) one check's script issues, per path."""
+
+    admit: int  # an admitted request of cost 1
+    per_extra_unit: int  # more on the admit path for each unit of cost above 1
+    reject: int  # a rejected request, whatever its cost
+
+
+# Counted per path in ratelimit/lua/*.lua (the app clock; clock="redis" adds one TIME).
+#   log   admit:  ZRANGE (newest entry), ZCOUNT, ZREMRANGEBYSCORE, ZADD NX (one per unit
+#                 of cost), PEXPIRE
+#         reject: ZRANGE (newest entry), ZCOUNT, ZRANGEBYSCORE (the oldest blocking entry)
+#   fw    admit:  HMGET, HSET, PEXPIRE        reject: HMGET
+#   swc   admit:  HMGET, HSET, PEXPIRE        reject: HMGET
+#   gcra  admit:  GET, SET (with PX)          reject: GET
+# The log's ZADD NX is repeated when its probe hits a taken member slot: rare (at most
+# 10**6 members in 2**23 slots), and not counted here. tests/test_capacity.py holds these
+# counts to INFO commandstats on a real Redis.
+SCRIPT_COMMANDS: dict[str, ScriptCommands] = {
+    "log": ScriptCommands(admit=5, per_extra_unit=1, reject=3),
+    "fw": ScriptCommands(admit=3, per_extra_unit=0, reject=1),
+    "swc": ScriptCommands(admit=3, per_extra_unit=0, reject=1),
+    "gcra": ScriptCommands(admit=2, per_extra_unit=0, reject=1),
+}
+
+
+# --- input checks -------------------------------------------------------------------
+
+
+def _share(name: str, value: Any) -> float:
+    value = validation.number(name, value)
+    if not 0 <= value <= 1:
+        raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
+    return value
+
+
+def _headroom(value: Any) -> float:
+    value = validation.number("headroom", value)
+    if not 0 <= value < 1:
+        raise ValueError(f"headroom must be >= 0 and < 1 (a share kept free), got {value!r}")
+    return value
+
+
+def _algorithm(value: Any) -> str:
+    if value not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {value!r}")
+    return value
+
+
+# --- Redis commands per check ---------------------------------------------------------
+
+
+def script_commands(
+    algorithm: str, allowed: bool, cost: int = 1, *, redis_clock: bool = False
+) -> int:
+    """Redis commands the script of `algorithm` issues for one check, besides the
+    EVALSHA that runs it: `allowed` picks the path, `cost` (>= 1) the log's ZADDs,
+    `redis_clock` adds the TIME of a `clock="redis"` limiter."""
+    counts = SCRIPT_COMMANDS[_algorithm(algorithm)]
+    if not isinstance(allowed, bool):
+        raise ValueError(f"allowed must be True or False, got {allowed!r}")
+    cost = validation.count("cost", cost)
+    extra = 1 if redis_clock else 0
+    if not allowed:
+        return counts.reject + extra
+    return counts.admit + counts.per_extra_unit * (cost - 1) + extra
+
+
+def mean_script_commands(
+    algorithm: str,
+    admitted_share: float,
+    mean_admitted_cost: float = 1.0,
+    *,
+    redis_clock: bool = False,
+) -> float:
+    """Expected script commands per check when `admitted_share` (0..1) of the checks
+    are admitted, with mean cost `mean_admitted_cost` (>= 1) among those."""
+    counts = SCRIPT_COMMANDS[_algorithm(algorithm)]
+    share = _share("admitted_share", admitted_share)
+    cost = validation.number("mean_admitted_cost", mean_admitted_cost)
+    if cost < 1:
+        raise ValueError(f"mean_admitted_cost must be >= 1, got {mean_admitted_cost!r}")
+    admit = counts.admit + counts.per_extra_unit * (cost - 1)
+    return share * admit + (1 - share) * counts.reject + (1 if redis_clock else 0)
+
+
+# --- memory ---------------------------------------------------------------------------
+
+
+def log_members(
+    limit: int, rate_per_key: float | None = None, window_s: float | None = None
+) -> float:
+    """Members a sliding-log key holds: `limit` when full (no rate given, the worst
+    case), else the steady state of a client sending `rate_per_key` requests per
+    second (cost 1) over a window of `window_s` seconds, `min(rate * window, limit)`."""
+    limit = validation.count("limit", limit)
+    if rate_per_key is None and window_s is None:
+        return float(limit)
+    if rate_per_key is None or window_s is None:
+        raise ValueError("give both rate_per_key and window_s, or neither (a full key)")
+    return min(
+        validation.positive("rate_per_key", rate_per_key)
+        * validation.positive("window_s", window_s),
+        limit,
+    )
+
+
+def bytes_per_key(
+    table: pd.DataFrame, algorithm: str, entries: float, *, member_format: str = "script"
+) -> float:
+    """`MEMORY USAGE` of one key holding `entries`, from a measured `memory_table`.
+
+    For the sliding log `entries` is its members (>= 1; see `log_members`), looked up
+    among the rows of `member_format` ("script" or "classic"); for the O(1)
+    algorithms it is the units their counts stand for, which hardly changes their size.
+    Between measured rows the bytes are interpolated linearly (the table measures both
+    sides of the listpack threshold, so the step there is kept); beyond the largest
+    row a log key grows at that row's bytes per member and an O(1) key stays as it is.
+    """
+    algorithm = _algorithm(algorithm)
+    entries = validation.number("entries", entries)
+    if entries < 1:
+        raise ValueError(f"entries must be >= 1 (an empty key does not exist), got {entries!r}")
+    columns = ("algorithm", "member_format", "entries", "bytes_per_key")
+    missing = [c for c in columns if c not in getattr(table, "columns", ())]
+    if missing:
+        raise ValueError(f"table must be a memory_table; it lacks {', '.join(missing)}")
+    fmt = member_format if algorithm == "log" else ""
+    rows = table[(table["algorithm"] == algorithm) & (table["member_format"] == fmt)]
+    if rows.empty:
+        label = f"{algorithm} ({fmt})" if fmt else algorithm
+        raise ValueError(f"the table has no {label} rows")
+    rows = rows.sort_values("entries")
+    xs = [float(x) for x in rows["entries"]]
+    ys = [float(y) for y in rows["bytes_per_key"]]
+    if entries >= xs[-1]:
+        return ys[-1] * entries / xs[-1] if algorithm == "log" else ys[-1]
+    if entries <= xs[0]:
+        return ys[0]
+    i = bisect_right(xs, entries)  # xs[i - 1] <= entries < xs[i]
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (entries - x0) / (x1 - x0)
+
+
+def fleet_memory_bytes(
+    active_keys: int, bytes_per_key: float, *, key_overhead_bytes: float = 0.0
+) -> float:
+    """Memory for `active_keys` keys of `bytes_per_key` each, plus `key_overhead_bytes`
+    of bookkeeping per key: `active_keys * (bytes_per_key + key_overhead_bytes)`."""
+    keys = validation.count("active_keys", active_keys)
+    per_key = validation.positive("bytes_per_key", bytes_per_key)
+    overhead = validation.non_negative("key_overhead_bytes", key_overhead_bytes)
+    return keys * (per_key + overhead)
+
+
+# --- operations -----------------------------------------------------------------------
+
+
+def checks_per_second(active_keys: int, rate_per_key: float) -> float:
+    """Checks (EVALSHA calls) per second: every request is checked, admitted or not."""
+    return validation.count("active_keys", active_keys) * validation.non_negative(
+        "rate_per_key", rate_per_key
+    )
+
+
+def redis_cpu_cores(checks_per_s: float, us_per_check: float) -> float:
+    """Redis CPU the scripts use, in cores busy: `checks_per_s * us_per_check / 1e6`."""
+    checks = validation.non_negative("checks_per_s", checks_per_s)
+    return checks * validation.positive("us_per_check", us_per_check) / 1e6
+
+
+def shard_checks_per_second(throughput_ceiling: float, us_per_check: float) -> float:
+    """Checks per second one Redis can serve: the measured end-to-end
+    `throughput_ceiling`, or fewer when script time alone (`us_per_check`
+    microseconds of its single thread per check) fills a second first."""
+    ceiling = validation.positive("throughput_ceiling", throughput_ceiling)
+    return min(ceiling, 1e6 / validation.positive("us_per_check", us_per_check))
+
+
+def shards_needed(demand: float, capacity_per_shard: float, headroom: float = 0.0) -> int:
+    """Shards (one Redis each) needed so that none runs above `1 - headroom` of
+    `capacity_per_shard`: `ceil(demand / (capacity * (1 - headroom)))`, at least 1.
+    Demand and capacity in the same unit (bytes, or checks per second)."""
+    demand = validation.non_negative("demand", demand)
+    usable = validation.positive("capacity_per_shard", capacity_per_shard) * (
+        1 - _headroom(headroom)
+    )
+    # Rounded first, so that 0.1 * 3 / 0.3 style float noise does not add a shard.
+    return max(1, math.ceil(round(demand / usable, 9)))
+
+
+def keys_per_shard(
+    bytes_per_key: float,
+    rate_per_key: float,
+    *,
+    shard_memory_bytes: float,
+    shard_checks_per_s: float,
+    headroom: float = 0.0,
+    key_overhead_bytes: float = 0.0,
+) -> int:
+    """The most active keys one shard carries within its headroom: the smaller of what
+    fits its memory and what its checks per second allow (no rate limit on keys that
+    send nothing: then memory alone decides)."""
+    free = 1 - _headroom(headroom)
+    per_key = validation.positive("bytes_per_key", bytes_per_key) + validation.non_negative(
+        "key_overhead_bytes", key_overhead_bytes
+    )
+    by_memory = validation.positive("shard_memory_bytes", shard_memory_bytes) * free / per_key
+    rate = validation.non_negative("rate_per_key", rate_per_key)
+    ops = validation.positive("shard_checks_per_s", shard_checks_per_s) * free
+    by_ops = ops / rate if rate > 0 else math.inf
+    return math.floor(round(min(by_memory, by_ops), 9))
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityPlan:
+    """What a fleet costs under one algorithm, and how many shards carry it."""
+
+    algorithm: str
+    active_keys: int
+    rate_per_key: float  # requests per second per active key
+    bytes_per_key: float  # MEMORY USAGE of one key plus the per-key overhead
+    memory_bytes: float  # the whole fleet
+    checks_per_s: float  # EVALSHA calls per second
+    commands_per_s: float  # Redis commands inside the scripts per second
+    redis_cpu_cores: float  # script time, cores busy
+    shard_checks_per_s: float  # what one shard serves at most
+    shards_for_memory: int
+    shards_for_checks: int
+    shards: int  # the larger of the two: 1 means one Redis is enough
+    keys_per_shard: int  # the most active keys one shard carries within the headroom
+
+
+def plan_fleet(
+    algorithm: str,
+    *,
+    active_keys: int,
+    rate_per_key: float,
+    bytes_per_key: float,
+    us_per_check: float,
+    shard_memory_bytes: float,
+    shard_checks_per_s: float,
+    headroom: float = 0.5,
+    key_overhead_bytes: float = 0.0,
+    commands_per_check: float | None = None,
+) -> CapacityPlan:
+    """Memory, checks, commands, Redis CPU and shards for `active_keys` keys of
+    `algorithm`, each sending `rate_per_key` requests per second.
+
+    `bytes_per_key`: one key's `MEMORY USAGE` (see `bytes_per_key`); `us_per_check`:
+    Redis CPU per script call, microseconds; `shard_memory_bytes` and
+    `shard_checks_per_s`: one Redis's data memory and measured end-to-end throughput;
+    `headroom`: the share of both kept free; `commands_per_check`: script commands per
+    check, by default the admit path (`script_commands(algorithm, True)`), the costlier.
+    """
+    algorithm = _algorithm(algorithm)
+    keys = validation.count("active_keys", active_keys)
+    rate = validation.non_negative("rate_per_key", rate_per_key)
+    headroom = _headroom(headroom)
+    memory = fleet_memory_bytes(keys, bytes_per_key, key_overhead_bytes=key_overhead_bytes)
+    checks = checks_per_second(keys, rate)
+    if commands_per_check is None:
+        commands_per_check = script_commands(algorithm, True)
+    commands = validation.non_negative("commands_per_check", commands_per_check)
+    per_shard = shard_checks_per_second(shard_checks_per_s, us_per_check)
+    shard_memory = validation.positive("shard_memory_bytes", shard_memory_bytes)
+    for_memory = shards_needed(memory, shard_memory, headroom)
+    for_checks = shards_needed(checks, per_shard, headroom)
+    return CapacityPlan(
+        algorithm=algorithm,
+        active_keys=keys,
+        rate_per_key=rate,
+        bytes_per_key=memory / keys,
+        memory_bytes=memory,
+        checks_per_s=checks,
+        commands_per_s=checks * commands,
+        redis_cpu_cores=redis_cpu_cores(checks, us_per_check),
+        shard_checks_per_s=per_shard,
+        shards_for_memory=for_memory,
+        shards_for_checks=for_checks,
+        shards=max(for_memory, for_checks),
+        keys_per_shard=keys_per_shard(
+            bytes_per_key,
+            rate,
+            shard_memory_bytes=shard_memory_bytes,
+            shard_checks_per_s=per_shard,
+            headroom=headroom,
+            key_overhead_bytes=key_overhead_bytes,
+        ),
+    )

@@ -1,0 +1,571 @@
+"""What one limiter key costs in Redis memory: fill a key, ask the server, delete it.
+
+    import redis
+    from ratelimit.lab.memory import probe, listpack_threshold
+
+    client = redis.Redis()                        # a real server; fakeredis cannot tell
+    probe(client, "log", 128)                     # sliding log, 128 members: listpack
+    probe(client, "log", 129)                     # one above the threshold: skiplist
+    probe(client, "log", 128, member_format="classic")   # "<ms>:<perf_counter_ns>"
+    probe(client, "gcra", 10_000)                 # O(1): one small string whatever the limit
+    listpack_threshold(client)                    # zset-max-listpack-entries, e.g. 128
+
+    # A tidy table of full keys, measured when a real Redis answers, else read back
+    # from the CSV the last measurement wrote (needs pandas):
+    result = measured_or_stored(client, "data/memory_per_key.csv", [10, 128, 129, 1000])
+    result.table, result.source                   # DataFrame, "measured" or "stored"
+    fleet_memory(result.table, [10**3, 10**6], limits=[10])   # N keys x bytes per key
+
+Figures come from the server itself: `MEMORY USAGE <key> SAMPLES 0` (every element
+counted, key name and overhead included) and `OBJECT ENCODING <key>`. The embedded
+fakeredis has neither command nor Redis's memory layout, so on it `probe` raises
+`MemoryNotMeasurableError` instead of inventing a number.
+
+How a sliding-log key is filled: `entries` admitted requests of cost 1 at consecutive
+milliseconds, in a window long enough that nothing is trimmed, each decided by the
+real sliding-log script on a virtual clock, so the members are exactly the ones it
+writes. With `fill="limiter"` every request is one `check` round trip (about 15 s per
+100,000 entries); with the default `fill="pipeline"` the same script calls are sent in
+pipelined batches.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import redis
+import redis.asyncio
+import redis.exceptions
+
+from ratelimit import algorithms, sync
+from ratelimit.algorithms import SLIDING_LOG_MAX_LIMIT, Algorithm
+from ratelimit.backends import is_embedded
+from ratelimit.clock import ManualClock
+
+from .classic import classic_members
+
+if TYPE_CHECKING:  # pandas is only needed by the table functions (the "sim" extra)
+    import pandas as pd
+
+__all__ = [
+    "TABLE_COLUMNS",
+    "MeasuredOrStored",
+    "MemoryNotMeasurableError",
+    "MemoryProbe",
+    "fleet_memory",
+    "format_bytes",
+    "listpack_threshold",
+    "load_table",
+    "measured_or_stored",
+    "memory_table",
+    "probe",
+    "redis_version",
+    "save_table",
+]
+
+
+class MemoryNotMeasurableError(RuntimeError):
+    """The backend cannot report Redis memory (the embedded fakeredis)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryProbe:
+    """One measured key."""
+
+    algorithm: str  # "log", "fw", "swc" or "gcra" (as in the key)
+    member_format: str | None  # "script" or "classic" for the log, None otherwise
+    limit: int
+    window_ms: int
+    entries: int  # sorted-set members, or units of cost the O(1) state accounts for
+    memory_usage: int  # bytes: MEMORY USAGE key SAMPLES 0
+    encoding: str  # OBJECT ENCODING: listpack, skiplist, int, embstr, ...
+    bytes_per_entry: float  # memory_usage / entries
+
+
+_SYNC_CLASSES: dict[str, type[sync.SyncLimiter]] = {
+    algorithms.SLIDING_LOG.name: sync.SlidingWindowLimiter,
+    algorithms.FIXED_WINDOW.name: sync.FixedWindowLimiter,
+    algorithms.SLIDING_WINDOW_COUNTER.name: sync.SlidingWindowCounterLimiter,
+    algorithms.GCRA.name: sync.TokenBucketLimiter,
+}
+_ALGORITHMS = {
+    a.name: a
+    for a in (
+        algorithms.SLIDING_LOG,
+        algorithms.FIXED_WINDOW,
+        algorithms.SLIDING_WINDOW_COUNTER,
+        algorithms.GCRA,
+    )
+}
+
+DEFAULT_WINDOW_MS = 10**9  # ~11.6 days: nothing expires while a key is filled
+DEFAULT_START_MS = 1_796_000_000_000  # virtual time of the first entry (a whole second)
+_CHUNK = 10_000  # members per pipelined ZADD
+
+
+def _algorithm(spec: Any) -> Algorithm:
+    """An algorithm from its name ("log", "sliding_log", ...), an `Algorithm`, or a
+    limiter class or instance (sync or async)."""
+    if isinstance(spec, str):
+        for a in _ALGORITHMS.values():
+            if spec in (a.name, a.script):
+                return a
+    else:
+        found = getattr(spec, "algorithm", spec)
+        if isinstance(found, Algorithm) and found.name in _ALGORITHMS:
+            return found
+    names = ", ".join(repr(n) for n in _ALGORITHMS)
+    raise ValueError(f"unknown algorithm {spec!r}: give one of {names} or a limiter class")
+
+
+def _check_measurable(client: Any) -> None:
+    if is_embedded(client) or type(client).__module__.startswith("fakeredis"):
+        raise MemoryNotMeasurableError(
+            "memory is not measurable on the embedded fakeredis backend: it has no "
+            "MEMORY USAGE or OBJECT ENCODING and does not store data the way Redis does. "
+            "Connect to a real Redis (REDIS_URL) to measure key sizes."
+        )
+    if isinstance(client, redis.asyncio.Redis):
+        raise TypeError("probe needs a synchronous redis.Redis client, not redis.asyncio")
+
+
+def _unknown_command(exc: redis.exceptions.ResponseError) -> bool:
+    return "unknown command" in str(exc).lower()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def listpack_threshold(client: Any) -> int:
+    """The server's `zset-max-listpack-entries` (`zset-max-ziplist-entries` before
+    Redis 7): the most members a sorted set may hold and stay a compact listpack."""
+    _check_measurable(client)
+    for name in ("zset-max-listpack-entries", "zset-max-ziplist-entries"):
+        try:
+            reply = client.config_get(name)
+        except redis.exceptions.ResponseError as exc:
+            if _unknown_command(exc):
+                raise MemoryNotMeasurableError(
+                    f"this server does not answer CONFIG GET ({exc})"
+                ) from exc
+            raise
+        for key, value in reply.items():
+            if _text(key) == name:
+                return int(_text(value))
+    raise RuntimeError("the server reports neither zset-max-listpack-entries nor -ziplist-")
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _zadd_all(client: Any, key: str, members: list[tuple[str, int]]) -> None:
+    pipe = client.pipeline(transaction=False)
+    for i in range(0, len(members), _CHUNK):
+        pipe.zadd(key, dict(members[i : i + _CHUNK]))
+    pipe.execute()
+
+
+def _fill_log(
+    client: Any,
+    limiter: sync.SyncLimiter,
+    identity: str,
+    clock: ManualClock,
+    entries: int,
+    start_ms: int,
+    member_format: str,
+    fill: str,
+) -> None:
+    key = limiter.key_for(identity)
+    if member_format == "classic":
+        _zadd_all(client, key, classic_members(start_ms, entries))
+        client.pexpire(key, limiter.window_ms)
+        return
+    if fill == "limiter":
+        for i in range(entries):
+            clock.set_ms(start_ms + i)
+            if not limiter.check(identity).allowed:
+                raise RuntimeError(f"the limiter rejected entry {i + 1} while filling the probe")
+        return
+    # The same script calls as `check` makes, pipelined in batches.
+    for first in range(0, entries, _CHUNK):
+        pipe = client.pipeline(transaction=False)
+        for i in range(first, min(first + _CHUNK, entries)):
+            clock.set_ms(start_ms + i)
+            keys, args = limiter._prepare(identity, 1)
+            limiter._script(keys=keys, args=args, client=pipe)
+        if not all(reply[0] == 1 for reply in pipe.execute()):
+            raise RuntimeError("the sliding-log script rejected a request while filling the probe")
+
+
+def _fill_constant(
+    limiter: sync.SyncLimiter, identity: str, clock: ManualClock, entries: int, start_ms: int
+) -> None:
+    """One admitted request of cost `entries` (at a whole second: a window start)."""
+    clock.set((start_ms + 0.5) / 1000)
+    if not limiter.check(identity, entries).allowed:
+        raise RuntimeError("the limiter rejected the probe's request")
+
+
+def probe(
+    client: redis.Redis,
+    algorithm: Any,
+    entries: int,
+    *,
+    limit: int | None = None,
+    member_format: str = "script",
+    fill: str = "pipeline",
+    window_ms: int = DEFAULT_WINDOW_MS,
+    prefix: str = "rl",
+    start_ms: int = DEFAULT_START_MS,
+) -> MemoryProbe:
+    """Fill one fresh key of `algorithm` with `entries`, measure it, delete it.
+
+    - `algorithm`: "log", "fw", "swc", "gcra" (or "sliding_log", ...), an
+      `Algorithm`, or a limiter class or instance (only its algorithm is used).
+    - `entries`: for the sliding log, admitted requests of cost 1 (= members), at
+      consecutive ms from `start_ms`; for the O(1) algorithms, the cost of one
+      admitted request, so the state accounts for `entries` units (for the
+      sliding-window counter the previous window's count is then 0; its value does
+      not change the hash's size class).
+    - `limit`: the limiter's limit, default `entries`; must be >= `entries`.
+    - `member_format`: the log's members as the script writes them ("script"), or
+      "classic" strings "<ms>:<perf_counter_ns>" (always written by pipeline).
+    - `fill`: "pipeline" (the script's calls in pipelined batches, fast) or "limiter"
+      (every entry through `check`, one round trip each). Only matters for the log.
+    - `window_ms`: long by default, so nothing is trimmed or expires during the fill.
+    - `prefix`: the key prefix; the identity is random, so the key is new and the
+      key name has the same length as the limiter's real keys under that prefix.
+
+    Raises `MemoryNotMeasurableError` on fakeredis. The key is deleted afterwards,
+    also when something fails.
+    """
+    _check_measurable(client)
+    alg = _algorithm(algorithm)
+    entries = _positive_int("entries", entries)
+    limit = entries if limit is None else _positive_int("limit", limit)
+    if entries > limit:
+        raise ValueError(f"entries ({entries}) must be <= limit ({limit})")
+    if member_format not in ("script", "classic"):
+        raise ValueError(f'member_format must be "script" or "classic", got {member_format!r}')
+    if fill not in ("pipeline", "limiter"):
+        raise ValueError(f'fill must be "pipeline" or "limiter", got {fill!r}')
+    is_log = alg == algorithms.SLIDING_LOG
+    if not is_log and member_format != "script":
+        raise ValueError(f"member_format applies to the sliding log only, not {alg.name!r}")
+    if member_format == "classic" and fill == "limiter":
+        raise ValueError('the limiter never writes classic members: use fill="pipeline"')
+    if is_log and window_ms < entries:
+        raise ValueError(f"window_ms ({window_ms}) must be >= entries, or entries are trimmed")
+
+    clock = ManualClock()
+    limiter = _SYNC_CLASSES[alg.name](
+        client, None, limit, prefix=prefix, window_ms=window_ms, clock=clock
+    )
+    identity = f"memory-probe-{uuid.uuid4().hex}"
+    key = limiter.key_for(identity)
+    if client.exists(key):
+        raise RuntimeError(f"probe key {key!r} already exists; refusing to touch it")
+    try:
+        if is_log:
+            _fill_log(client, limiter, identity, clock, entries, start_ms, member_format, fill)
+            held = int(client.zcard(key))
+            if held != entries:
+                raise RuntimeError(f"probe key holds {held} members, expected {entries}")
+        else:
+            _fill_constant(limiter, identity, clock, entries, start_ms)
+        try:
+            usage = client.memory_usage(key, samples=0)
+            encoding = _text(client.object("encoding", key))
+        except redis.exceptions.ResponseError as exc:
+            if _unknown_command(exc):
+                raise MemoryNotMeasurableError(
+                    f"this server does not answer MEMORY USAGE / OBJECT ENCODING ({exc})"
+                ) from exc
+            raise
+        if usage is None:
+            raise RuntimeError(f"probe key {key!r} vanished before it was measured")
+    finally:
+        client.delete(key)
+    return MemoryProbe(
+        algorithm=alg.name,
+        member_format=member_format if is_log else None,
+        limit=limit,
+        window_ms=window_ms,
+        entries=entries,
+        memory_usage=int(usage),
+        encoding=encoding,
+        bytes_per_entry=int(usage) / entries,
+    )
+
+
+# Tables ------------------------------------------------------------------------------
+
+# One row per measured key (a `MemoryProbe`). `bytes_per_key` is its MEMORY USAGE
+# (named so as not to clash with `DataFrame.memory_usage`). `member_format` is
+# "script" or "classic" for the sliding log and "" for the O(1) algorithms (so that
+# the column survives a CSV round trip). `redis_version` and `listpack_threshold` say
+# which server the figures come from.
+TABLE_COLUMNS = (
+    "algorithm",
+    "member_format",
+    "limit",
+    "entries",
+    "encoding",
+    "bytes_per_key",
+    "bytes_per_entry",
+    "redis_version",
+    "listpack_threshold",
+)
+_TABLE_DTYPES = {
+    "algorithm": str,
+    "member_format": str,
+    "limit": "int64",
+    "entries": "int64",
+    "encoding": str,
+    "bytes_per_key": "int64",
+    "bytes_per_entry": "float64",
+    "redis_version": str,
+    "listpack_threshold": "int64",
+}
+ALGORITHM_NAMES = tuple(_ALGORITHMS)  # ("log", "fw", "swc", "gcra")
+MEMBER_FORMATS = ("script", "classic")
+
+Limits = Sequence[int] | Callable[[int], Iterable[int]]
+
+
+def redis_version(client: Any) -> str:
+    """The server's version, e.g. "7.0.15" (`INFO server`)."""
+    _check_measurable(client)
+    return _text(client.info("server")["redis_version"])
+
+
+def _limits(limits: Any, maximum: int) -> list[int]:
+    if isinstance(limits, str | bytes) or not isinstance(limits, Iterable):
+        raise ValueError(f"limits must be a sequence of positive integers, got {limits!r}")
+    values = sorted({_positive_int("limit", value) for value in limits})
+    if not values:
+        raise ValueError("limits must not be empty")
+    if values[-1] > maximum:
+        raise ValueError(f"limit {values[-1]} is above the sliding log's maximum {maximum}")
+    return values
+
+
+def _variants(specs: Any, member_formats: Any) -> list[tuple[str, str]]:
+    if isinstance(specs, str) or not isinstance(specs, Iterable):
+        specs = [specs]
+    names = list(dict.fromkeys(_algorithm(a).name for a in specs))
+    if not names:
+        raise ValueError("algorithms must not be empty")
+    formats = [member_formats] if isinstance(member_formats, str) else list(member_formats)
+    if not formats or any(f not in MEMBER_FORMATS for f in formats):
+        raise ValueError(f"member_formats must be some of {MEMBER_FORMATS}, got {member_formats!r}")
+    variants: list[tuple[str, str]] = []
+    for name in names:
+        if name == algorithms.SLIDING_LOG.name:
+            variants += [(name, f) for f in dict.fromkeys(formats)]
+        else:
+            variants.append((name, ""))
+    return variants
+
+
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS)).astype(_TABLE_DTYPES)
+
+
+def memory_table(
+    client: redis.Redis,
+    limits: Limits,
+    algorithms: Any = ALGORITHM_NAMES,
+    *,
+    member_formats: Any = MEMBER_FORMATS,
+    window_ms: int = DEFAULT_WINDOW_MS,
+    prefix: str = "rl",
+) -> pd.DataFrame:
+    """Measure one full key per (algorithm, member format, limit): a tidy DataFrame.
+
+    Each row is `probe(client, algorithm, limit, member_format=...)`: a key holding a
+    whole limit's worth (the log: `limit` members; the O(1) algorithms: one request of
+    cost `limit`), i.e. what a client at its limit costs. Columns: `TABLE_COLUMNS`.
+
+    - `limits`: positive integers (duplicates dropped, sorted; at most the log's
+      maximum), or a function of the server's `listpack_threshold` returning them,
+      e.g. `lambda t: [10, t, t + 1, 1000]`.
+    - `algorithms`: names ("log", "fw", "swc", "gcra"), `Algorithm`s or limiter classes.
+    - `member_formats`: for the log, "script" (ours) and/or "classic" members.
+
+    Raises `MemoryNotMeasurableError` on fakeredis; bad arguments raise `ValueError`
+    before anything is sent. Every probe key is deleted again.
+    """
+    variants = _variants(algorithms, member_formats)
+    fixed = None if callable(limits) else _limits(limits, SLIDING_LOG_MAX_LIMIT)
+    _check_measurable(client)
+    threshold = listpack_threshold(client)
+    version = redis_version(client)
+    values = fixed if fixed is not None else _limits(limits(threshold), SLIDING_LOG_MAX_LIMIT)
+    rows = []
+    for name, member_format in variants:
+        for limit in values:
+            result = probe(
+                client,
+                name,
+                limit,
+                member_format=member_format or "script",
+                window_ms=max(window_ms, limit),
+                prefix=prefix,
+            )
+            rows.append(
+                {
+                    "algorithm": result.algorithm,
+                    "member_format": member_format,
+                    "limit": result.limit,
+                    "entries": result.entries,
+                    "encoding": result.encoding,
+                    "bytes_per_key": result.memory_usage,
+                    "bytes_per_entry": result.bytes_per_entry,
+                    "redis_version": version,
+                    "listpack_threshold": threshold,
+                }
+            )
+    return _frame(rows)
+
+
+def _checked_table(table: Any) -> pd.DataFrame:
+    import pandas as pd
+
+    if not isinstance(table, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame, got {type(table).__name__}")
+    missing = [c for c in TABLE_COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"the table lacks the column(s) {', '.join(missing)}")
+    return table
+
+
+def save_table(table: pd.DataFrame, path: str | Path) -> Path:
+    """Write a `memory_table` as CSV (creating the directory); returns the path."""
+    table = _checked_table(table)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = table.loc[:, list(TABLE_COLUMNS)]
+    # bytes_per_entry is rounded for people reading the file; `load_table` recomputes it.
+    table = table.assign(bytes_per_entry=table["bytes_per_entry"].round(3))
+    table.to_csv(path, index=False, lineterminator="\n")
+    return path
+
+
+def load_table(path: str | Path) -> pd.DataFrame:
+    """Read a table written by `save_table`, with the same columns and dtypes."""
+    import pandas as pd
+
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    table = _checked_table(table).loc[:, list(TABLE_COLUMNS)]
+    table = table.astype({c: t for c, t in _TABLE_DTYPES.items() if c != "bytes_per_entry"})
+    # Recomputed rather than parsed, so that a loaded table equals the measured one.
+    table["bytes_per_entry"] = table["bytes_per_key"] / table["entries"]
+    return table.astype(_TABLE_DTYPES).reset_index(drop=True)
+
+
+class MeasuredOrStored(NamedTuple):
+    table: pd.DataFrame
+    source: str  # "measured" (and saved, unless save=False) or "stored"
+    reason: str  # why the stored table was used; "" when measured
+
+
+def measured_or_stored(
+    client: redis.Redis | None,
+    path: str | Path,
+    limits: Limits,
+    algorithms: Any = ALGORITHM_NAMES,
+    *,
+    member_formats: Any = MEMBER_FORMATS,
+    save: bool = True,
+    **kwargs: Any,
+) -> MeasuredOrStored:
+    """`memory_table` on `client` when it can measure, else the table stored at `path`.
+
+    With a real Redis the table is measured and (with `save=True`) written to `path`,
+    refreshing what is stored there. With `client=None` or a backend that cannot
+    report memory (the embedded fakeredis, a server refusing MEMORY USAGE) the table
+    last stored at `path` is returned as it is, with the reason; if there is none,
+    `FileNotFoundError`. Connection errors of a real client are not hidden. Other
+    keyword arguments go to `memory_table`.
+    """
+    path = Path(path)
+    reason = "no Redis server to measure on"
+    if client is not None:
+        try:
+            table = memory_table(
+                client, limits, algorithms, member_formats=member_formats, **kwargs
+            )
+        except MemoryNotMeasurableError as exc:
+            reason = str(exc)
+        else:
+            if save:
+                save_table(table, path)
+            return MeasuredOrStored(table, "measured", "")
+    if not path.exists():
+        raise FileNotFoundError(f"{reason}, and no stored table at {path} to fall back on")
+    return MeasuredOrStored(load_table(path), "stored", reason)
+
+
+def fleet_memory(
+    table: pd.DataFrame,
+    active_keys: Iterable[int],
+    limits: Iterable[int] | None = None,
+) -> pd.DataFrame:
+    """Memory for a fleet of identities that each hold one full key: N x bytes per key.
+
+    For every row of `table` (a `memory_table`) whose limit is in `limits` (default:
+    all), and every N in `active_keys`: columns `algorithm`, `member_format`, `limit`,
+    `active_keys`, `bytes_per_key`, `total_bytes`. A lower bound for sizing: MEMORY
+    USAGE leaves out the server's own per-key bookkeeping (hash-table slots, the
+    expiry entry) and allocator fragmentation.
+    """
+    import pandas as pd
+
+    table = _checked_table(table)
+    counts = sorted({_positive_int("active_keys", n) for n in active_keys})
+    if not counts:
+        raise ValueError("active_keys must not be empty")
+    if limits is not None:
+        wanted = sorted({_positive_int("limit", v) for v in limits})
+        for (name, member_format), group in table.groupby(
+            ["algorithm", "member_format"], sort=False
+        ):
+            missing = sorted(set(wanted) - set(group["limit"]))
+            if missing:
+                label = f"{name} ({member_format})" if member_format else name
+                raise ValueError(f"the table has no {label} key at limit(s) {missing}")
+        table = table[table["limit"].isin(wanted)]
+    keys = pd.DataFrame({"active_keys": pd.Series(counts, dtype="int64")})
+    fleet = table.loc[:, ["algorithm", "member_format", "limit", "bytes_per_key"]].merge(
+        keys, how="cross"
+    )
+    fleet["total_bytes"] = fleet["bytes_per_key"] * fleet["active_keys"]
+    return fleet.reset_index(drop=True)
+
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(n: float) -> str:
+    """A byte count for people, in powers of 1024 to 3 significant digits:
+    `format_bytes(88_000)` is "85.9 KiB", `format_bytes(1.02e12)` is "950 GiB"."""
+    if isinstance(n, bool) or not isinstance(n, int | float) or not n >= 0:
+        raise ValueError(f"expected a non-negative number of bytes, got {n!r}")
+    value, unit = float(n), 0
+    while unit < len(_UNITS) - 1 and float(f"{value:.3g}") >= 1000:
+        value, unit = value / 1024, unit + 1
+    if unit == 0:
+        return f"{value:.0f} B"
+    digits = 0 if value >= 99.95 else 1 if value >= 9.995 else 2
+    return f"{value:.{digits}f} {_UNITS[unit]}"

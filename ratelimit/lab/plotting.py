@@ -1,0 +1,76 @@
+"""Interactive "explore" sections of the chapters: sliders that re-run a chapter's
+simulation through the reference models and redraw its main figure.
+
+Each chapter has a module here with one function that takes the chapter's parameters
+and returns its main figure (a `matplotlib.figure.Figure`), fast enough to redraw on
+every slider move. The notebook shows that figure once with the default parameters (so
+the static report has it), then `explorer(...)` below it for JupyterLab:
+
+    from ratelimit.lab.chapters import boundary_burst
+    from ratelimit.lab.plotting import explorer
+    boundary_burst.figure(limit=10, rate=20.0)          # the default figure
+    explorer(boundary_burst.figure, limit=(1, 50), rate=(1.0, 100.0))   # sliders
+
+The cell holding the sliders carries two tags: `explore-widget`, so the HTML report
+leaves its output out (a widget needs a live kernel), and `nbval-ignore-output`, since
+nbval does not capture an Output widget: the figure drawn inside it arrives as an extra
+output of its own, unlike in nbconvert or JupyterLab.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WIDGET_TAG = "explore-widget"
+GALLERY_DIR = Path("figures")  # beside the notebooks, which run in their own folder
+
+
+def save_for_gallery(figure: Any, name: str) -> Path | None:
+    """Write `figure` to figures/<name>.png when the main job asks for it.
+
+    `make run` sets RATELIMIT_WRITE_FIGURES=1, so the README's gallery is refreshed
+    with the chapters; test runs (nbval) leave the committed files alone.
+    """
+    if os.environ.get("RATELIMIT_WRITE_FIGURES") != "1":
+        return None
+    GALLERY_DIR.mkdir(exist_ok=True)
+    path = GALLERY_DIR / f"{name}.png"
+    figure.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
+    return path
+
+
+def explorer(draw: Callable[..., Any], /, **sliders: Any) -> Any:
+    """An ipywidgets `interactive` that calls `draw(**values)` and shows its figure.
+
+    Each keyword is a widget abbreviation as `ipywidgets.interactive` takes it: a
+    `(min, max)` or `(min, max, step)` tuple for a slider, a list for a drop-down, or a
+    widget. The figure is drawn again whenever a control moves.
+    """
+    import inspect
+
+    import ipywidgets
+    import matplotlib.pyplot as plt
+
+    # Controls start at draw's own defaults (ipywidgets would start a slider mid-range).
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(draw).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    unset = inspect.Parameter.empty
+    controls = {
+        name: ipywidgets.interactive.widget_from_abbrev(abbrev, defaults.get(name, unset))
+        for name, abbrev in sliders.items()
+    }
+    for name, control in controls.items():
+        control.description = name
+
+    def show(**values: Any) -> None:
+        figure = draw(**values)
+        plt.show()
+        plt.close(figure)
+
+    return ipywidgets.interactive(show, **controls)

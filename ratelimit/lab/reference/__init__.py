@@ -1,0 +1,25 @@
+"""In-memory reference models: the executable statement of each algorithm.
+
+Same class names, options and `Decision`s as the Redis limiters, minus the client:
+
+    from ratelimit.lab.reference import SlidingWindowLimiter
+    limiter = SlidingWindowLimiter(1, 10, clock=ManualClock())
+    limiter.check("alice")
+
+Each model mirrors the Lua script of the same name in `ratelimit/lua/`; the
+property tests hold them to identical decisions.
+"""
+
+from .base import ReferenceLimiter
+from .fixed_window import FixedWindowLimiter
+from .gcra import TokenBucketLimiter
+from .sliding_log import SlidingWindowLimiter
+from .sliding_window_counter import SlidingWindowCounterLimiter
+
+__all__ = [
+    "FixedWindowLimiter",
+    "ReferenceLimiter",
+    "SlidingWindowCounterLimiter",
+    "SlidingWindowLimiter",
+    "TokenBucketLimiter",
+]

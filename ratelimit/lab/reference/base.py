@@ -1,0 +1,47 @@
+"""What the four reference models share: options, identity state, `check`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ratelimit import clock as clocks
+from ratelimit import keys
+from ratelimit.decision import Decision
+from ratelimit.policy import Policy
+
+# One group's decisions: allowed, remaining, retry_after_ms, reset_after_ms per request.
+Outcome = tuple[list[bool], list[int], list[int], list[int]]
+
+
+class ReferenceLimiter(Policy):
+    """An in-memory twin of a Redis limiter: same options, same decisions.
+
+    State lives in a dict, one entry per identity. Every decision is made by the
+    subclass's `run`, which takes one identity's requests in time order; `check`
+    runs it on a single request, and `ratelimit.lab.replay` on whole traces, so both
+    paths share one statement of the algorithm. `clock="redis"` falls back to the
+    host's clock, since there is no Redis to ask.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.state: dict[bytes, Any] = {}
+
+    def now_ms(self) -> int:
+        clock = clocks.DEFAULT if self.clock == clocks.REDIS else self.clock
+        return clocks.to_ms(clock())  # type: ignore[operator]
+
+    def check(self, identity: str | bytes, cost: int = 1) -> Decision:
+        """Admit or reject one request, exactly as the Lua script would."""
+        who = keys.identity_bytes(identity)
+        cost = self.validate_cost(cost)
+        allowed, remaining, retry, reset = self.run(who, [self.now_ms()], [cost])
+        return Decision(allowed[0], self.limit, remaining[0], retry[0], reset[0])
+
+    def run(self, identity: bytes, times_ms: list[int], costs: list[int]) -> Outcome:
+        """Decide a run of one identity's requests (whole ms, valid costs), in order."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Forget every identity's state."""
+        self.state.clear()

@@ -1,0 +1,46 @@
+"""Token bucket as GCRA, as in lua/gcra.lua: the theoretical arrival time (TAT)."""
+
+from __future__ import annotations
+
+import math
+
+from ratelimit import algorithms
+from ratelimit.policy import GcraPolicy
+
+from .base import Outcome, ReferenceLimiter
+
+# As in the script: times within a microsecond count as equal (float rounding at
+# ~1e12 ms must not make an on-time request early).
+EPSILON = 0.001
+
+
+class TokenBucketLimiter(GcraPolicy, ReferenceLimiter):
+    """`limit` per window sustained, `burst` at once; state is one float per identity."""
+
+    algorithm = algorithms.GCRA
+
+    def run(self, identity: bytes, times_ms: list[int], costs: list[int]) -> Outcome:
+        interval = self.window_ms / self.limit
+        tolerance = interval * self.burst
+        stored: float | None = self.state.get(identity)
+        allowed, remaining, retry, reset = [], [], [], []
+        for now, cost in zip(times_ms, costs, strict=True):
+            tat = now if stored is None or stored < now else stored
+            new_tat = tat + interval * cost
+            allow_at = new_tat - tolerance
+            if allow_at - now > EPSILON:
+                allowed.append(False)
+                remaining.append(
+                    max(math.floor((now - (tat - tolerance) + EPSILON) / interval), 0)
+                )
+                retry.append(math.ceil(allow_at - now))
+                reset.append(math.ceil(tat - now))
+                continue
+            stored = new_tat
+            allowed.append(True)
+            remaining.append(math.floor((now - allow_at + EPSILON) / interval))
+            retry.append(0)
+            reset.append(math.ceil(new_tat - now))
+        if stored is not None:
+            self.state[identity] = stored
+        return allowed, remaining, retry, reset

@@ -1,0 +1,47 @@
+"""Sliding-window log, as in lua/sliding_log.lua: one sorted list of unit stamps."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from ratelimit import algorithms
+
+from .base import Outcome, ReferenceLimiter
+
+
+class SlidingWindowLimiter(ReferenceLimiter):
+    """Exact: admits while the cost stamped in (at - window, at] stays within the limit,
+    where `at` is the later of the request's time and the newest stamp."""
+
+    algorithm = algorithms.SLIDING_LOG
+
+    def run(self, identity: bytes, times_ms: list[int], costs: list[int]) -> Outcome:
+        window, limit = self.window_ms, self.limit
+        # One stamp per admitted unit of cost, like the sorted set's members.
+        stamps: list[int] = self.state.setdefault(identity, [])
+        allowed, remaining, retry, reset = [], [], [], []
+        for now, cost in zip(times_ms, costs, strict=True):
+            # As in the script: decided and recorded at the later of the request's own
+            # time and the newest stamp, so the stamps never run backwards.
+            at = stamps[-1] if stamps and stamps[-1] > now else now
+            edge = at - window
+            start = bisect_right(stamps, edge) if stamps and stamps[0] <= edge else 0
+            count = len(stamps) - start
+            if count + cost > limit:
+                # Rejected: nothing changes, not even a trim.
+                allowed.append(False)
+                remaining.append(max(limit - count, 0))
+                retry.append(stamps[start + count + cost - limit - 1] + window - now)
+                reset.append(stamps[-1] + window - now)
+                continue
+            if start:
+                del stamps[:start]
+            if cost == 1:
+                stamps.append(at)
+            else:
+                stamps.extend([at] * cost)
+            allowed.append(True)
+            remaining.append(limit - count - cost)
+            retry.append(0)
+            reset.append(at + window - now)
+        return allowed, remaining, retry, reset

@@ -1,0 +1,467 @@
+"""The limiters under failure: script cache flushes, restarts, Redis down or slow.
+
+Every scenario runs for the asyncio limiters and the synchronous ones
+(`ratelimit.sync`, whose checks run in a worker thread here so that the test can
+act on the server meanwhile). Restarts, outages, pauses and killed connections
+happen only on a private redis-server (`private_redis`), never on the shared one.
+Durations are measured with `time.monotonic()` and asserted with a margin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+import ratelimit
+import ratelimit.sync
+from ratelimit import Decision, RateLimiterUnavailable
+from ratelimit.devtools.process import free_port
+
+LIMITERS = {
+    "sliding_log": (ratelimit.SlidingWindowLimiter, ratelimit.sync.SlidingWindowLimiter),
+    "fixed_window": (ratelimit.FixedWindowLimiter, ratelimit.sync.FixedWindowLimiter),
+    "sliding_counter": (
+        ratelimit.SlidingWindowCounterLimiter,
+        ratelimit.sync.SlidingWindowCounterLimiter,
+    ),
+    "token_bucket": (ratelimit.TokenBucketLimiter, ratelimit.sync.TokenBucketLimiter),
+}
+ALGORITHMS = pytest.mark.parametrize("algorithm", list(LIMITERS))
+POLICIES = pytest.mark.parametrize("on_error", ["raise", "allow", "deny"])
+
+TIMEOUT = 0.5  # the limiters' timeout in the outage and slowness tests
+MARGIN = 0.5  # how much longer than its timeout a check may take, scheduling included
+LIMIT = 5
+
+# How the test's own asyncio clients retry. Note that in redis-py 8 a client made by
+# `Redis.from_url(url)` does not retry at all; `Redis(host=..., port=...)` gets the
+# constructor's default (10 retries, exponential backoff with jitter).
+RETRIES = {
+    "from_url": {},
+    "default-retry": {
+        "retry": copy.deepcopy(
+            inspect.signature(redis.asyncio.Redis.__init__).parameters["retry"].default
+        )
+    },
+    "no-retry": {"retry": Retry(NoBackoff(), 0)},
+}
+
+
+# Helpers -------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["async", "sync"])
+def mode(request: pytest.FixtureRequest) -> str:
+    """Runs a test once with the asyncio limiters and once with `ratelimit.sync`."""
+    return request.param
+
+
+def limiter_class(algorithm: str, mode: str) -> type:
+    async_cls, sync_cls = LIMITERS[algorithm]
+    return async_cls if mode == "async" else sync_cls
+
+
+async def resolve(result: Any) -> Any:
+    """The value of a sync call's result, or of an asyncio call's awaitable."""
+    return await result if inspect.isawaitable(result) else result
+
+
+async def check(limiter: Any, identity: Any, cost: Any = 1) -> Decision:
+    """One check: awaited for an asyncio limiter, in a worker thread for a sync one."""
+    if isinstance(limiter, ratelimit.sync.SyncLimiter):
+        return await asyncio.to_thread(limiter.check, identity, cost)
+    return await limiter.check(identity, cost=cost)
+
+
+async def timed_check(limiter: Any, identity: str) -> tuple[Decision | Exception, float]:
+    """The outcome of one check (a Decision or RateLimiterUnavailable) and its duration."""
+    start = time.monotonic()
+    try:
+        outcome: Decision | Exception = await check(limiter, identity)
+    except RateLimiterUnavailable as exc:
+        outcome = exc
+    return outcome, time.monotonic() - start
+
+
+def assert_fresh(decision: Decision, limit: int = LIMIT) -> None:
+    """A normal (not degraded) answer to the first request of an unknown identity."""
+    assert decision.allowed and not decision.degraded, decision
+    assert decision.remaining == limit - 1, decision
+
+
+def assert_policy(outcome: Decision | Exception, on_error: str) -> None:
+    """The failure policy `on_error` was applied, and nothing else happened."""
+    if on_error == "raise":
+        assert isinstance(outcome, RateLimiterUnavailable), outcome
+        cause = outcome.__cause__
+        assert isinstance(cause, redis.exceptions.RedisError | TimeoutError), repr(cause)
+    elif on_error == "allow":
+        assert isinstance(outcome, Decision), outcome
+        assert outcome.allowed and outcome.degraded, outcome
+    else:
+        assert isinstance(outcome, Decision), outcome
+        assert not outcome.allowed and outcome.degraded, outcome
+        assert outcome.retry_after >= 1, outcome
+
+
+@pytest.fixture
+async def plain_clients() -> AsyncIterator[Callable[..., Any]]:
+    """Makes plain redis-py clients from a URL, asyncio or sync; closes them after."""
+    made: list[Any] = []
+
+    def make(mode: str, url: str, **kwargs: Any) -> Any:
+        cls = redis.asyncio.Redis if mode == "async" else redis.Redis
+        made.append(cls.from_url(url, **kwargs))
+        return made[-1]
+
+    yield make
+    for client in made:
+        if isinstance(client, redis.asyncio.Redis):
+            await client.aclose()
+        else:
+            client.close()
+
+
+@pytest.fixture
+def admin(private_redis, plain_clients) -> redis.asyncio.Redis:
+    """A separate asyncio connection to the private server, for pausing and killing."""
+    return plain_clients("async", private_redis.url, decode_responses=True)
+
+
+async def wait_until_paused(admin: redis.asyncio.Redis, within: float = 5.0) -> None:
+    """Wait (bounded) until some client's command is being held by CLIENT PAUSE."""
+    deadline = time.monotonic() + within
+    while not any("b" in c["flags"] for c in await admin.client_list()):
+        assert time.monotonic() < deadline, "the check never reached the server"
+        await asyncio.sleep(0.01)
+
+
+async def kill_other_clients(admin: redis.asyncio.Redis) -> None:
+    """Drop every connection to the private server except the admin's own."""
+    await admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+
+
+async def flush_scripts(client: Any, sha: str) -> None:
+    """SCRIPT FLUSH, then check that `sha` is gone: one transaction, so that no other
+    user of a shared server can reload the script in between."""
+    pipe = client.pipeline(transaction=True)
+    pipe.script_flush()
+    pipe.script_exists(sha)
+    assert await resolve(pipe.execute()) == [True, [False]]
+
+
+def script_sha(limiter: Any) -> str:
+    """SHA1 of the limiter's Lua script, as redis-py's `register_script` computed it."""
+    return limiter._script.sha
+
+
+# 1. SCRIPT FLUSH -----------------------------------------------------------------
+
+
+@ALGORITHMS
+@pytest.mark.parametrize("where", ["embedded", "private"])
+async def test_script_flush_is_invisible(
+    algorithm, mode, where, request, plain_clients, prefix, clock
+):
+    """After SCRIPT FLUSH (NOSCRIPT on the next call) the limiter reloads its script:
+    12 checks at 10/s with a flush after the 5th still give exactly 10 allowed and
+    2 rejected, the very decisions of an identical run without a flush. (A real server
+    here is a private one: SCRIPT FLUSH empties the cache of every user of a server,
+    and other tests and notebooks share the system Redis.)"""
+    if where == "embedded":
+        client = fakeredis.FakeAsyncRedis() if mode == "async" else fakeredis.FakeRedis()
+    else:
+        client = plain_clients(mode, request.getfixturevalue("private_redis").url)
+    limiter = limiter_class(algorithm, mode)(client, 1, 10, prefix=prefix, clock=clock)
+    sha = script_sha(limiter)
+
+    control = [await check(limiter, "control") for _ in range(12)]
+    flushed = []
+    for n in range(12):
+        if n == 5:
+            await flush_scripts(client, sha)
+        flushed.append(await check(limiter, "flushed"))
+
+    assert [d.allowed for d in flushed] == [True] * 10 + [False] * 2
+    assert flushed == control
+
+
+@pytest.fixture
+def flush_after_script_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every SCRIPT LOAD is followed at once by a SCRIPT FLUSH on the same server: the
+    timing of another client's flush (or a failover) landing between redis-py's reload
+    of a script and its second EVALSHA, made deterministic."""
+    load = redis.Redis.script_load  # one function, shared by the sync and async clients
+
+    def sync_load(self: redis.Redis, script: str) -> str:
+        sha = load(self, script)
+        self.script_flush()
+        return sha
+
+    async def async_load(self: redis.asyncio.Redis, script: str) -> str:
+        sha = await load(self, script)
+        await self.script_flush()
+        return sha
+
+    monkeypatch.setattr(redis.Redis, "script_load", sync_load)
+    monkeypatch.setattr(redis.asyncio.Redis, "script_load", async_load)
+
+
+async def test_flush_during_reload_is_invisible(
+    mode, private_redis, plain_clients, flush_after_script_load
+):
+    """A SCRIPT FLUSH between the reload and the retried EVALSHA must not reach the
+    caller either (seen for real: parallel runs of the flush test above on one server)."""
+    client = plain_clients(mode, private_redis.url)
+    limiter = limiter_class("sliding_log", mode)(client, 60, LIMIT)
+    assert_fresh(await check(limiter, "alice"))
+
+
+# 2. Restart, dropped connections --------------------------------------------------
+
+
+@ALGORITHMS
+@pytest.mark.parametrize("retry", list(RETRIES))
+async def test_async_limiter_survives_restart(algorithm, retry, private_redis, plain_clients):
+    """A restart breaks the pooled connection and loses all data: the same limiter on
+    the same plain client answers the next check normally, as for a fresh identity.
+    With the client's retries disabled this is the limiter's own retry at work."""
+    client = plain_clients("async", private_redis.url, **RETRIES[retry])
+    limiter = limiter_class(algorithm, "async")(client, 60, LIMIT)
+    for expected in range(LIMIT - 1, LIMIT - 4, -1):
+        assert (await limiter.check("alice")).remaining == expected
+
+    private_redis.restart()
+
+    assert_fresh(await limiter.check("alice"))
+
+
+@ALGORITHMS
+async def test_sync_limiter_survives_restart(algorithm, private_redis, plain_clients):
+    """The same for `ratelimit.sync` with a plain `redis.Redis`."""
+    client = plain_clients("sync", private_redis.url)
+    limiter = limiter_class(algorithm, "sync")(client, 60, LIMIT)
+    for expected in range(LIMIT - 1, LIMIT - 4, -1):
+        assert limiter.check("alice").remaining == expected
+
+    private_redis.restart()
+
+    assert_fresh(limiter.check("alice"))
+
+
+async def test_no_retry_client_really_fails_after_restart(private_redis, plain_clients):
+    """Control for the restart tests: without a retry, the first command on a pooled
+    connection fails after a restart (redis-py's asyncio pool does not notice)."""
+    client = plain_clients("async", private_redis.url, **RETRIES["no-retry"])
+    await client.ping()
+    private_redis.restart()
+    with pytest.raises(redis.exceptions.ConnectionError):
+        await client.ping()
+
+
+async def test_concurrent_checks_survive_restart(mode, private_redis, plain_clients):
+    """Several pooled connections all broken by one restart: concurrent checks on
+    the same limiter each get a normal answer, and together admit exactly the limit."""
+    client = plain_clients(mode, private_redis.url)
+    limiter = limiter_class("sliding_log", mode)(client, 60, LIMIT)
+
+    async def burst(n: int) -> list[Decision]:
+        return list(await asyncio.gather(*(check(limiter, "bob") for _ in range(n))))
+
+    assert all(d.allowed for d in await burst(LIMIT))  # several pooled connections
+    private_redis.restart()
+
+    after = await burst(2 * LIMIT)
+    assert not any(d.degraded for d in after)
+    assert sum(d.allowed for d in after) == LIMIT
+
+
+async def test_connection_dropped_mid_check_is_retried(mode, private_redis, plain_clients, admin):
+    """The server drops the connection while a check waits for its answer (the pool
+    cannot see that coming): the limiter retries once on a new connection, and the
+    dropped attempt, never executed, is not counted."""
+    client = plain_clients(mode, private_redis.url)  # from_url: no redis-py retry
+    # A long timeout: the drop comes early in the check, as a restart's would, and
+    # the check ends as soon as the pause is lifted.
+    limiter = limiter_class("sliding_log", mode)(client, 60, LIMIT, timeout=5.0)
+    assert_fresh(await check(limiter, "alice"))
+
+    await admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")  # holds EVALSHA
+    try:
+        pending = asyncio.create_task(check(limiter, "alice"))
+        await wait_until_paused(admin)
+        await kill_other_clients(admin)
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
+
+    decision = await pending
+    assert decision.allowed and not decision.degraded, decision
+    assert decision.remaining == LIMIT - 2, decision
+
+
+# 3. Redis down ---------------------------------------------------------------------
+
+
+@POLICIES
+async def test_redis_down_applies_policy_then_recovers(
+    on_error, mode, private_redis, plain_clients
+):
+    """With the server stopped, each check applies the failure policy promptly; once
+    the server is back on the same port, the same limiter works again by itself."""
+    client = plain_clients(mode, private_redis.url)
+    limiter = limiter_class("sliding_log", mode)(
+        client, 60, LIMIT, on_error=on_error, timeout=TIMEOUT
+    )
+    assert_fresh(await check(limiter, "alice"))
+
+    private_redis.stop()
+    for _ in range(3):
+        outcome, elapsed = await timed_check(limiter, "alice")
+        assert_policy(outcome, on_error)
+        assert elapsed < TIMEOUT + MARGIN, f"a check took {elapsed:.2f} s"
+
+    private_redis.start()
+    assert_fresh(await check(limiter, "alice"))
+
+
+async def test_redis_down_cause_is_the_redis_error(mode, private_redis, plain_clients):
+    """Under "raise", the refused connection itself is chained as `__cause__`."""
+    client = plain_clients(mode, private_redis.url)
+    limiter = limiter_class("sliding_log", mode)(client, 60, LIMIT, timeout=TIMEOUT)
+    private_redis.stop()
+    with pytest.raises(RateLimiterUnavailable) as info:
+        await check(limiter, "alice")
+    assert isinstance(info.value.__cause__, redis.exceptions.ConnectionError)
+
+
+async def test_redis_down_with_retrying_client_is_bounded(private_redis, plain_clients):
+    """An asyncio client with redis-py's default retries (10, with backoff) would keep
+    reconnecting for seconds: the limiter still gives up after its timeout."""
+    client = plain_clients("async", private_redis.url, **RETRIES["default-retry"])
+    limiter = ratelimit.SlidingWindowLimiter(client, 60, LIMIT, timeout=TIMEOUT)
+    private_redis.stop()
+    outcome, elapsed = await timed_check(limiter, "alice")
+    assert_policy(outcome, "raise")
+    assert elapsed < TIMEOUT + MARGIN, f"the check took {elapsed:.2f} s"
+
+
+# 4. Slow Redis ---------------------------------------------------------------------
+
+PAUSE_MS = 1500  # long enough that waiting it out would break the TIMEOUT + MARGIN bound
+
+
+@POLICIES
+async def test_slow_redis_gives_up_after_timeout(
+    on_error, mode, private_redis, plain_clients, admin
+):
+    """While Redis stalls (CLIENT PAUSE ... ALL) a check gives up after about `timeout`
+    and applies the policy; once the pause is over the same limiter works again."""
+    client = plain_clients(mode, private_redis.url)
+    limiter = limiter_class("sliding_log", mode)(
+        client, 60, LIMIT, on_error=on_error, timeout=TIMEOUT
+    )
+    assert_fresh(await check(limiter, "alice"))  # a warm pooled connection
+
+    await admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "ALL")
+    outcome, elapsed = await timed_check(limiter, "alice")
+    assert_policy(outcome, on_error)
+    assert elapsed < TIMEOUT + MARGIN, f"the check took {elapsed:.2f} s"
+    if on_error == "raise":  # the message names the stall, not an empty TimeoutError
+        assert "Timeout" in str(outcome) or "within" in str(outcome), str(outcome)
+    # Under PAUSE ALL, UNPAUSE is itself held until the pause ends: a bounded wait.
+    start = time.monotonic()
+    await admin.execute_command("CLIENT", "UNPAUSE")
+    assert time.monotonic() - start < PAUSE_MS / 1000 + MARGIN
+
+    assert_fresh(await check(limiter, "bob"))
+    # The abandoned call may still run once the pause ends (counted: stricter, never
+    # over-admitting), so for "alice" only ask for a normal answer.
+    assert not (await check(limiter, "alice")).degraded
+
+
+async def test_retry_stays_within_timeout(mode, private_redis, plain_clients, admin):
+    """A connection dropped late in a check, then a server that still does not answer:
+    the retry must not get a timeout of its own; the whole check ends by `timeout`."""
+    timeout = 1.0
+    client = plain_clients(mode, private_redis.url)
+    limiter = limiter_class("sliding_log", mode)(client, 60, LIMIT, timeout=timeout)
+    assert_fresh(await check(limiter, "alice"))
+
+    await admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")  # holds EVALSHA
+    try:
+        pending = asyncio.create_task(timed_check(limiter, "alice"))
+        await wait_until_paused(admin)
+        await asyncio.sleep(0.8 * timeout)  # the first attempt uses most of the budget
+        await kill_other_clients(admin)  # ... then fails; the retry is held too
+        outcome, elapsed = await pending
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
+
+    assert_policy(outcome, "raise")
+    assert elapsed < timeout + MARGIN, f"the check took {elapsed:.2f} s"
+
+
+# 5. Bad input ----------------------------------------------------------------------
+
+BAD_INPUT = [
+    pytest.param("", 1, id="empty-identity"),
+    pytest.param(b"", 1, id="empty-bytes-identity"),
+    pytest.param(None, 1, id="none-identity"),
+    pytest.param("alice", 0, id="cost-0"),
+    pytest.param("alice", -1, id="cost-negative"),
+    pytest.param("alice", LIMIT + 1, id="cost-over-limit"),
+    pytest.param("alice", 1.5, id="cost-float"),
+]
+
+
+@pytest.mark.parametrize(("identity", "cost"), BAD_INPUT)
+async def test_bad_input_is_not_a_redis_failure(identity, cost, mode, plain_clients):
+    """ValueError even under on_error="allow" and with no server at all: bad input is
+    the caller's bug, never turned into a degraded allow."""
+    client = plain_clients(mode, f"redis://127.0.0.1:{free_port()}/0")  # nobody listens
+    limiter = limiter_class("sliding_log", mode)(
+        client, 60, LIMIT, on_error="allow", timeout=TIMEOUT
+    )
+    with pytest.raises(ValueError):
+        await check(limiter, identity, cost=cost)
+
+
+class Stalled(fakeredis.FakeAsyncRedis):
+    """A client whose script calls never answer (a stalled server)."""
+
+    async def evalsha(self, *args, **kwargs):
+        await asyncio.Event().wait()
+
+
+async def test_the_timeout_bounds_every_check():
+    """Stalled checks, alone or many at once, end degraded after about `timeout`."""
+    limiter = ratelimit.SlidingWindowLimiter(Stalled(), 1, 10, on_error="deny", timeout=0.2)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    decisions = await asyncio.gather(*(limiter.check(f"c{i}") for i in range(20)))
+    assert all(d.degraded and not d.allowed for d in decisions)
+    assert loop.time() - start < 0.2 + 1.0  # generous margin for a busy machine
+    start = loop.time()
+    assert (await limiter.check("again")).degraded
+    assert loop.time() - start >= 0.19  # (timers may fire within clock resolution)
+
+
+async def test_a_cancelled_check_is_cancelled_not_degraded():
+    """A caller's own cancellation must propagate, not turn into a decision."""
+    limiter = ratelimit.SlidingWindowLimiter(Stalled(), 1, 10, on_error="deny", timeout=5)
+    task = asyncio.ensure_future(limiter.check("a"))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -1,0 +1,343 @@
+"""Capacity arithmetic (ratelimit.lab.capacity): hand-computed values, bad input, and the
+script command counts held to INFO commandstats on a private redis-server."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import ratelimit.sync
+from ratelimit.clock import ManualClock
+from ratelimit.lab import capacity, memory
+from ratelimit.lab.capacity import (
+    bytes_per_key,
+    checks_per_second,
+    fleet_memory_bytes,
+    keys_per_shard,
+    log_members,
+    mean_script_commands,
+    plan_fleet,
+    redis_cpu_cores,
+    script_commands,
+    shard_checks_per_second,
+    shards_needed,
+)
+
+STORED_TABLE = Path(__file__).resolve().parents[2] / "notebooks" / "data" / "memory_per_key.csv"
+GIB = 2**30
+
+
+def small_table() -> pd.DataFrame:
+    """A hand-made memory table: a few log rows around the listpack step, flat O(1) rows."""
+    rows = [
+        ("log", "script", 1, 120),
+        ("log", "script", 10, 248),
+        ("log", "script", 128, 2136),
+        ("log", "script", 129, 15864),
+        ("log", "script", 1000, 101400),
+        ("log", "classic", 10, 536),
+        ("log", "classic", 1000, 118224),
+        ("fw", "", 1, 104),
+        ("fw", "", 1000, 104),
+        ("gcra", "", 1, 88),
+        ("gcra", "", 1000, 88),
+    ]
+    table = pd.DataFrame(rows, columns=["algorithm", "member_format", "entries", "bytes_per_key"])
+    table["limit"] = table["entries"]
+    return table
+
+
+# Script commands ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "algorithm, allowed, cost, expected",
+    [
+        ("log", True, 1, 5),
+        ("log", True, 3, 7),  # one ZADD per unit of cost
+        ("log", False, 1, 3),
+        ("log", False, 7, 3),  # a rejection writes nothing, whatever the cost
+        ("fw", True, 1, 3),
+        ("fw", True, 5, 3),
+        ("fw", False, 1, 1),
+        ("swc", True, 1, 3),
+        ("swc", False, 2, 1),
+        ("gcra", True, 1, 2),
+        ("gcra", True, 4, 2),
+        ("gcra", False, 1, 1),
+    ],
+)
+def test_script_commands_per_path(algorithm, allowed, cost, expected):
+    assert script_commands(algorithm, allowed, cost) == expected
+    assert script_commands(algorithm, allowed, cost, redis_clock=True) == expected + 1
+
+
+def test_mean_script_commands_weights_the_two_paths():
+    assert mean_script_commands("log", 0.5) == 4.0  # (5 + 3) / 2
+    assert mean_script_commands("log", 1.0, 2.0) == 6.0  # 5 + one more ZADD
+    assert mean_script_commands("gcra", 0.25) == 1.25  # 0.25 * 2 + 0.75 * 1
+    assert mean_script_commands("fw", 0.0) == 1.0
+    assert mean_script_commands("swc", 1.0, redis_clock=True) == 4.0
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: script_commands("token_bucket", True),
+        lambda: script_commands("log", 1),
+        lambda: script_commands("log", True, 0),
+        lambda: script_commands("log", True, 1.5),
+        lambda: mean_script_commands("log", 1.5),
+        lambda: mean_script_commands("log", -0.1),
+        lambda: mean_script_commands("log", 0.5, 0.5),
+        lambda: mean_script_commands("fw", math.nan),
+    ],
+)
+def test_script_commands_reject_bad_input(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+# Memory ---------------------------------------------------------------------------
+
+
+def test_log_members_full_and_steady_state():
+    assert log_members(1000) == 1000.0
+    assert log_members(1000, 0.05, 3600) == pytest.approx(180.0)
+    assert log_members(10, 20, 1) == 10.0  # a client over its limit keeps the key full
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: log_members(0),
+        lambda: log_members(10.0),
+        lambda: log_members(10, 1.0),
+        lambda: log_members(10, None, 60),
+        lambda: log_members(10, -1.0, 60),
+        lambda: log_members(10, 1.0, 0),
+    ],
+)
+def test_log_members_rejects_bad_input(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_bytes_per_key_reads_interpolates_and_extrapolates():
+    table = small_table()
+    assert bytes_per_key(table, "log", 10) == 248.0  # a measured row
+    assert bytes_per_key(table, "log", 5.5) == 184.0  # 120 + (248 - 120) * 4.5 / 9
+    assert bytes_per_key(table, "log", 128) == 2136.0  # both sides of the listpack step
+    assert bytes_per_key(table, "log", 129) == 15864.0
+    assert bytes_per_key(table, "log", 2000) == 202800.0  # 101.4 bytes per member on
+    assert bytes_per_key(table, "log", 10, member_format="classic") == 536.0
+    assert bytes_per_key(table, "fw", 1) == bytes_per_key(table, "fw", 10**6) == 104.0
+    assert bytes_per_key(table, "gcra", 500) == 88.0
+
+
+def test_bytes_per_key_on_the_stored_table():
+    table = memory.load_table(STORED_TABLE)
+    rows = table.set_index(["algorithm", "member_format", "entries"]).bytes_per_key
+    for algorithm, fmt, entries in [
+        ("log", "script", 10),
+        ("log", "script", 1000),
+        ("swc", "", 10),
+    ]:
+        assert bytes_per_key(table, algorithm, entries) == rows[algorithm, fmt, entries]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: bytes_per_key(t, "log", 0.5),
+        lambda t: bytes_per_key(t, "log", math.inf),
+        lambda t: bytes_per_key(t, "tokens", 10),
+        lambda t: bytes_per_key(t, "swc", 10),  # no such rows in the table
+        lambda t: bytes_per_key(t, "log", 10, member_format="uuid"),
+        lambda t: bytes_per_key(t.drop(columns="bytes_per_key"), "log", 10),
+        lambda t: bytes_per_key([], "log", 10),
+    ],
+)
+def test_bytes_per_key_rejects_bad_input(call):
+    with pytest.raises(ValueError):
+        call(small_table())
+
+
+def test_fleet_memory_bytes():
+    assert fleet_memory_bytes(1000, 248) == 248_000
+    assert fleet_memory_bytes(1000, 248, key_overhead_bytes=64) == 312_000
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: fleet_memory_bytes(0, 248),
+        lambda: fleet_memory_bytes(10.0, 248),
+        lambda: fleet_memory_bytes(True, 248),
+        lambda: fleet_memory_bytes(10, 0),
+        lambda: fleet_memory_bytes(10, 248, key_overhead_bytes=-1),
+        lambda: fleet_memory_bytes(10, "248"),
+    ],
+)
+def test_fleet_memory_bytes_rejects_bad_input(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+# Operations and shards ----------------------------------------------------------
+
+
+def test_checks_cpu_and_shard_throughput():
+    assert checks_per_second(1_000_000, 0.05) == 50_000
+    assert checks_per_second(10, 0) == 0
+    assert redis_cpu_cores(50_000, 21) == pytest.approx(1.05)
+    assert shard_checks_per_second(50_000, 21) == pytest.approx(47_619.0476, rel=1e-6)
+    assert shard_checks_per_second(50_000, 8) == 50_000  # the measured ceiling binds
+
+
+def test_shards_needed():
+    assert shards_needed(100, 50) == 2
+    assert shards_needed(100, 50, 0.5) == 4
+    assert shards_needed(101, 50, 0.5) == 5
+    assert shards_needed(0, 50) == 1  # even an idle fleet needs one Redis
+    assert shards_needed(3 * 0.1, 0.1) == 3  # 3.0000000000000004 is not a fourth shard
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: checks_per_second(0, 1.0),
+        lambda: checks_per_second(10, -1.0),
+        lambda: redis_cpu_cores(10, 0),
+        lambda: shard_checks_per_second(0, 10),
+        lambda: shard_checks_per_second(50_000, -5),
+        lambda: shards_needed(-1, 50),
+        lambda: shards_needed(100, 0),
+        lambda: shards_needed(100, 50, 1.0),
+        lambda: shards_needed(100, 50, -0.1),
+        lambda: shards_needed(math.nan, 50),
+    ],
+)
+def test_operations_reject_bad_input(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_keys_per_shard_takes_the_tighter_resource():
+    common = dict(shard_memory_bytes=1e9, shard_checks_per_s=50_000, headroom=0.5)
+    # memory: 0.5e9 / (936 + 64) = 500,000 keys; checks: 25,000 / 0.5 = 50,000 keys
+    assert keys_per_shard(936, 0.5, key_overhead_bytes=64, **common) == 50_000
+    assert keys_per_shard(936, 0.01, key_overhead_bytes=64, **common) == 500_000
+    assert keys_per_shard(936, 0, key_overhead_bytes=64, **common) == 500_000
+    with pytest.raises(ValueError):
+        keys_per_shard(936, 0.5, shard_memory_bytes=0, shard_checks_per_s=50_000)
+
+
+def test_plan_fleet_by_hand():
+    plan = plan_fleet(
+        "log",
+        active_keys=1_000_000,
+        rate_per_key=0.05,
+        bytes_per_key=101_400,
+        us_per_check=21,
+        shard_memory_bytes=16 * GIB,
+        shard_checks_per_s=50_000,
+        headroom=0.5,
+        key_overhead_bytes=64,
+    )
+    assert plan.bytes_per_key == 101_464
+    assert plan.memory_bytes == 101_464_000_000
+    assert plan.checks_per_s == 50_000
+    assert plan.commands_per_s == 250_000  # 5 per admitted check
+    assert plan.redis_cpu_cores == pytest.approx(1.05)
+    assert plan.shard_checks_per_s == pytest.approx(1e6 / 21)
+    # 101.464e9 / 8 GiB = 11.8 -> 12; 50,000 / 23,809.5 = 2.1 -> 3
+    assert (plan.shards_for_memory, plan.shards_for_checks, plan.shards) == (12, 3, 12)
+    assert plan.keys_per_shard == 84_659  # floor(8 GiB / 101,464 bytes)
+
+    small = plan_fleet(
+        "gcra",
+        active_keys=10_000,
+        rate_per_key=1.0,
+        bytes_per_key=88,
+        us_per_check=7,
+        shard_memory_bytes=16 * GIB,
+        shard_checks_per_s=50_000,
+        headroom=0.5,
+        commands_per_check=1.5,
+    )
+    assert (small.shards, small.commands_per_s, small.keys_per_shard) == (1, 15_000, 25_000)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"algorithm": "leaky"},
+        {"active_keys": 0},
+        {"rate_per_key": -1},
+        {"bytes_per_key": 0},
+        {"us_per_check": 0},
+        {"shard_memory_bytes": -1},
+        {"shard_checks_per_s": 0},
+        {"headroom": 1},
+        {"key_overhead_bytes": -8},
+        {"commands_per_check": -1},
+    ],
+)
+def test_plan_fleet_rejects_bad_input(change):
+    args = dict(
+        algorithm="swc",
+        active_keys=1000,
+        rate_per_key=1.0,
+        bytes_per_key=120,
+        us_per_check=8,
+        shard_memory_bytes=GIB,
+        shard_checks_per_s=50_000,
+    )
+    args.update(change)
+    algorithm = args.pop("algorithm")
+    with pytest.raises(ValueError):
+        plan_fleet(algorithm, **args)
+
+
+# The counts against a real Redis --------------------------------------------------
+
+SYNC_CLASSES = {
+    "log": ratelimit.sync.SlidingWindowLimiter,
+    "fw": ratelimit.sync.FixedWindowLimiter,
+    "swc": ratelimit.sync.SlidingWindowCounterLimiter,
+    "gcra": ratelimit.sync.TokenBucketLimiter,
+}
+
+
+def _inner_commands(client) -> int:
+    """Commands counted by INFO commandstats, minus the ones the test itself sends."""
+    stats = client.info("commandstats")
+    ours = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_script", "cmdstat_config")
+    ours += ("cmdstat_info", "cmdstat_client", "cmdstat_hello", "cmdstat_ping")
+    return sum(v["calls"] for k, v in stats.items() if not k.startswith(ours))
+
+
+@pytest.mark.private_redis
+@pytest.mark.parametrize("algorithm", capacity.ALGORITHMS)
+@pytest.mark.parametrize("redis_clock", [False, True], ids=["app-clock", "redis-clock"])
+def test_counts_match_info_commandstats(private_redis, algorithm, redis_clock):
+    client = private_redis.client()
+    clock = "redis" if redis_clock else ManualClock(1_000.0)
+    # A long window: with the Redis clock, real time passes, and nothing may refill.
+    limiter = SYNC_CLASSES[algorithm](client, 60, 10, clock=clock)
+    limiter.check("warm-up")  # loads the script
+    client.config_resetstat()
+    costs = [1, 3, 1, 2, 4, 1, 1, 5, 1, 2]  # 21 units against a limit of 10: some rejected
+    expected = 0
+    for cost in costs:
+        decision = limiter.check("client", cost)
+        expected += script_commands(algorithm, decision.allowed, cost, redis_clock=redis_clock)
+    decisions = {limiter.check("client").allowed for _ in range(3)}
+    expected += 3 * script_commands(algorithm, False, redis_clock=redis_clock)
+    assert decisions == {False}  # the rejected path is exercised too
+    assert _inner_commands(client) == expected
+    client.close()
