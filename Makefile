@@ -18,6 +18,7 @@ REPORT_DIR := build/report
 
 # Chapters are notebooks/<digits>...ipynb; make sorts them by name, so zero-pad the numbers.
 NOTEBOOKS  := $(sort $(wildcard notebooks/[0-9]*.ipynb))
+CHAPTERS   ?= $(NOTEBOOKS)
 # nbval re-runs every committed notebook, numbered or not.
 TEST_NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 # Spread notebooks over two kernels (one file per worker) only when there are enough of them.
@@ -36,15 +37,15 @@ CLUSTER_DIR ?= build/cluster
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Replays stay quiet in committed notebook outputs and in tests (no tqdm bars).
-run test: export RATELIMIT_PROGRESS = 0
+run refresh test: export RATELIMIT_PROGRESS = 0
 # Only the main job refreshes measured tables stored beside the notebooks.
-run: export RATELIMIT_SAVE_MEASUREMENTS = 1
-run: export RATELIMIT_WRITE_FIGURES = 1
+run refresh: export RATELIMIT_SAVE_MEASUREMENTS = 1
+run refresh: export RATELIMIT_WRITE_FIGURES = 1
 # uv would otherwise warn that it cannot hard-link from its cache on another filesystem.
 export UV_LINK_MODE ?= copy
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock test run lab serve bench lint clean
+.PHONY: help setup lock test run refresh lab serve bench lint clean
 .PHONY: cluster-up cluster-down
 
 # help: list the targets.
@@ -52,6 +53,7 @@ help:
 	@echo "make setup   create .venv and install the locked dependencies (no-op when up to date)"
 	@echo "make test    run tests/ and the notebooks (nbval strict); PYTEST_ARGS=... is passed on"
 	@echo "make run     execute notebooks/[0-9]*.ipynb in place and build $(REPORT_DIR)/"
+	@echo "make refresh execute chapters in place (CHAPTERS=notebooks/04_x.ipynb for some)"
 	@echo "make lab     start JupyterLab on notebooks/"
 	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
 	@echo "make bench   run python -m bench; BENCH_ARGS=... is passed on"
@@ -90,13 +92,16 @@ test: setup
 	  $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 0; fi; exit $$rc
 
-# run: execute every chapter in order, in place, then build the HTML report with an index.
-run: setup
-	@mkdir -p notebooks $(REPORT_DIR)
-ifneq ($(NOTEBOOKS),)
-	jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $(NOTEBOOKS)
-	$(VPY) tools/strip_widget_state.py $(NOTEBOOKS)
+# refresh: execute chapters in place from a clean kernel (CHAPTERS=notebooks/04_x.ipynb for some).
+refresh: setup
+ifneq ($(CHAPTERS),)
+	jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $(CHAPTERS)
+	$(VPY) tools/strip_widget_state.py $(CHAPTERS)
 endif
+
+# run: execute every chapter in order, in place, then build the HTML report with an index.
+run: refresh
+	@mkdir -p notebooks $(REPORT_DIR)
 	$(VPY) tools/report.py --out $(REPORT_DIR) $(NOTEBOOKS)
 
 # lab: JupyterLab on notebooks/, bound to loopback; jupyter prints the URL with its token.

@@ -83,6 +83,7 @@ from fastapi.params import Depends as DependsParam
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from . import validation
 from .decision import Decision
 from .errors import RateLimiterUnavailable
 
@@ -96,9 +97,11 @@ __all__ = [
     "Problem",
     "RateLimit",
     "RateLimitInfo",
+    "decision_for",
     "install",
     "problem_response",
     "rate_limit",
+    "status_for",
 ]
 
 log = logging.getLogger("ratelimit.http")
@@ -108,6 +111,7 @@ QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded
 """Problem type for 429, as registered by draft-ietf-httpapi-ratelimit-headers."""
 API_KEY_HEADER = "x-api-key"
 MAX_API_KEY_BYTES = 256
+MAX_HEADER_BYTES = 65_536  # more than any server accepts in one header field
 DEGRADED_HEADER = "X-RateLimit-Degraded"
 UNAVAILABLE_RETRY_AFTER_S = 1
 
@@ -218,6 +222,32 @@ def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None
     return ip
 
 
+# --- from a check to a status -------------------------------------------------------------
+
+
+def decision_for(outcome: Decision | BaseException, limiter: Any) -> Decision:
+    """What a route goes by after one check: the limiter's `Decision`, or, when the
+    check raised, a degraded one: rejected for `RateLimiterUnavailable` (the limiter's
+    `on_error="raise"`), else as the limiter's `on_error` says ("allow" admits)."""
+    if isinstance(outcome, Decision):
+        return outcome
+    allowed = not isinstance(outcome, RateLimiterUnavailable) and (
+        getattr(limiter, "on_error", None) == "allow"
+    )
+    retry_ms = 0 if allowed else UNAVAILABLE_RETRY_AFTER_S * 1000
+    return Decision(allowed, limiter.limit, 0, retry_ms, retry_ms, degraded=True)
+
+
+def status_for(decision: Decision) -> int:
+    """The status a limited route answers: 200 when admitted (a fail-open admission
+    too, marked degraded), 429 when rejected, 503 when the failure policy rejected
+    because Redis could not be asked (the client did nothing wrong). A rejection
+    carries `Retry-After: decision.retry_after`."""
+    if decision.allowed:
+        return 200
+    return 503 if decision.degraded else 429
+
+
 # --- the dependency -----------------------------------------------------------------------
 
 
@@ -237,9 +267,19 @@ class RateLimitInfo:
 
 
 class RateLimit:
-    """A FastAPI dependency that admits or rejects each request (see the module doc).
+    """A FastAPI dependency that limits a route with `limiter` (see the module doc).
 
-    Build it once per app with `rate_limit(...)` and use it as `Depends(instance)`.
+    Build it once per app, as `rate_limit(limiter, ...)`, and use it as
+    `Depends(instance)`; the limiter is shared by all requests.
+
+    - `scope`: the policy's name in the headers; routes with different scopes never
+      share a budget.
+    - `cost`: an int, `fn(request) -> int` (or async), or `Depends(fn)`.
+    - `trusted_proxies`: addresses or networks whose `X-Forwarded-For` is believed.
+    - `api_key_header`: the header naming the client (None: addresses only);
+      `max_api_key_bytes`: longer keys answer 431.
+    - `ipv6_prefix`: IPv6 clients without a key count per prefix (default /64).
+    - `legacy_headers`: also send `RateLimit-Limit`, `-Remaining` and `-Reset`.
     """
 
     def __init__(
@@ -261,14 +301,10 @@ class RateLimit:
             )
         if not callable(getattr(limiter, "check", None)):
             raise ValueError(f"limiter must have a check(identity, cost) method, got {limiter!r}")
-        if isinstance(max_api_key_bytes, bool) or not isinstance(max_api_key_bytes, int):
-            raise ValueError(f"max_api_key_bytes must be an integer, got {max_api_key_bytes!r}")
-        if max_api_key_bytes < 1:
-            raise ValueError(f"max_api_key_bytes must be >= 1, got {max_api_key_bytes}")
-        if isinstance(ipv6_prefix, bool) or not isinstance(ipv6_prefix, int):
-            raise ValueError(f"ipv6_prefix must be an integer, got {ipv6_prefix!r}")
-        if not 1 <= ipv6_prefix <= 128:
-            raise ValueError(f"ipv6_prefix must be from 1 to 128, got {ipv6_prefix}")
+        max_api_key_bytes = validation.positive_int(
+            "max_api_key_bytes", max_api_key_bytes, MAX_HEADER_BYTES
+        )
+        ipv6_prefix = validation.positive_int("ipv6_prefix", ipv6_prefix, 128)
         self.limiter = limiter
         self.scope = scope
         self.trusted_proxies = _networks(trusted_proxies)
@@ -405,9 +441,10 @@ class RateLimit:
         headers = self.headers_for(decision)
         if decision.degraded:
             headers[DEGRADED_HEADER] = "fail-closed" if not decision.allowed else "fail-open"
-        if not decision.allowed:
-            if decision.degraded:
-                raise self._unavailable(decision, headers)
+        status = status_for(decision)
+        if status == 503:
+            raise self._unavailable(decision, headers)
+        if status == 429:
             raise self._too_many(decision, cost, headers)
         response.headers.update(headers)
         info = RateLimitInfo(self.scope, identity, cost, decision, headers)
@@ -448,10 +485,10 @@ class RateLimit:
                 decision = await run_in_threadpool(self.limiter.check, who, cost)
         except RateLimiterUnavailable as exc:  # on_error="raise"
             reason = f": {exc}"
-            decision = self._degraded(allowed=False)
+            decision = decision_for(exc, self.limiter)
         except Exception as exc:  # anything else: never a 500 because the limiter failed
             reason = f": rate limit check failed: {type(exc).__name__}: {exc}"
-            decision = self._degraded(allowed=getattr(self.limiter, "on_error", None) == "allow")
+            decision = decision_for(exc, self.limiter)
         if decision.degraded:
             outcome = (
                 "let through unchecked (fail-open)"
@@ -467,10 +504,6 @@ class RateLimit:
                 reason,
             )
         return decision
-
-    def _degraded(self, *, allowed: bool) -> Decision:
-        retry_ms = 0 if allowed else UNAVAILABLE_RETRY_AFTER_S * 1000
-        return Decision(allowed, self.limiter.limit, 0, retry_ms, retry_ms, degraded=True)
 
     def _too_many(self, decision: Decision, cost: int, headers: dict[str, str]) -> Problem:
         retry = decision.retry_after
@@ -500,35 +533,6 @@ class RateLimit:
         return Problem(status, title, detail)
 
 
-def rate_limit(
-    limiter: Any,
-    *,
-    scope: str = "default",
-    cost: int | CostFunction | DependsParam = 1,
-    trusted_proxies: Iterable[str] = (),
-    api_key_header: str | None = API_KEY_HEADER,
-    max_api_key_bytes: int = MAX_API_KEY_BYTES,
-    ipv6_prefix: int = 64,
-    legacy_headers: bool = False,
-) -> RateLimit:
-    """A dependency limiting a route with `limiter` (built once, shared by all requests).
-
-    - `scope`: the policy's name in the headers; routes with different scopes never
-      share a budget.
-    - `cost`: an int, `fn(request) -> int` (or async), or `Depends(fn)`.
-    - `trusted_proxies`: addresses or networks whose `X-Forwarded-For` is believed.
-    - `api_key_header`: the header naming the client (None: addresses only);
-      `max_api_key_bytes`: longer keys answer 431.
-    - `ipv6_prefix`: IPv6 clients without a key count per prefix (default /64).
-    - `legacy_headers`: also send `RateLimit-Limit`, `-Remaining` and `-Reset`.
-    """
-    return RateLimit(
-        limiter,
-        scope=scope,
-        cost=cost,
-        trusted_proxies=trusted_proxies,
-        api_key_header=api_key_header,
-        max_api_key_bytes=max_api_key_bytes,
-        ipv6_prefix=ipv6_prefix,
-        legacy_headers=legacy_headers,
-    )
+rate_limit = RateLimit
+"""`rate_limit(limiter, scope=..., cost=..., ...)`: the dependency for a route (see
+`RateLimit` for the options); the name reads well in `Depends(rate_limit(...))`."""

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ratelimit.lab.plotting import WIDGET_TAG
+
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
 INLINE_MARKUP = re.compile(r"[*_`]+")
 
@@ -76,7 +78,7 @@ def convert_to_html(notebooks: list[Path], out: Path) -> None:
         sys.executable, "-m", "nbconvert", "--to", "html", "--output-dir", str(out),
         # Slider cells need a live kernel: the static page keeps their code only.
         "--TagRemovePreprocessor.enabled=True",
-        '--TagRemovePreprocessor.remove_all_outputs_tags={"explore-widget"}',
+        f'--TagRemovePreprocessor.remove_all_outputs_tags={{"{WIDGET_TAG}"}}',
     ]  # fmt: skip
     subprocess.run(cmd + [str(nb) for nb in notebooks], check=True)
     for nb in notebooks:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -111,6 +113,18 @@ class LocalProcess(Managed):
             )  # fmt: skip
         self._box[0] = self.process
         return self.process
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Freeze the process for the block (SIGSTOP) and thaw it after (SIGCONT): it
+        keeps its connections and answers nothing meanwhile, like a stuck host."""
+        if not self.running or self.pid is None:
+            raise RuntimeError(f"{self!r} is not running")
+        os.kill(self.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self.pid, signal.SIGCONT)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the process this object started (SIGTERM, then SIGKILL); a no-op if none."""

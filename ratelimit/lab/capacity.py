@@ -38,16 +38,13 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ratelimit import validation
+from ratelimit import algorithms, validation
 
 if TYPE_CHECKING:  # pandas is only needed by `bytes_per_key` (the "sim" extra)
     import pandas as pd
 
 __all__ = [
-    "ALGORITHMS",
-    "SCRIPT_COMMANDS",
     "CapacityPlan",
-    "ScriptCommands",
     "bytes_per_key",
     "checks_per_second",
     "fleet_memory_bytes",
@@ -60,38 +57,6 @@ __all__ = [
     "shard_checks_per_second",
     "shards_needed",
 ]
-
-ALGORITHMS = ("log", "fw", "swc", "gcra")
-"""Algorithm names as in keys and in `memory_table`: sliding log, fixed window,
-sliding-window counter, GCRA (token bucket)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptCommands:
-    """Redis commands (`redis.call`s) one check's script issues, per path."""
-
-    admit: int  # an admitted request of cost 1
-    per_extra_unit: int  # more on the admit path for each unit of cost above 1
-    reject: int  # a rejected request, whatever its cost
-
-
-# Counted per path in ratelimit/lua/*.lua (the app clock; clock="redis" adds one TIME).
-#   log   admit:  ZRANGE (newest entry), ZCOUNT, ZREMRANGEBYSCORE, ZADD NX (one per unit
-#                 of cost), PEXPIRE
-#         reject: ZRANGE (newest entry), ZCOUNT, ZRANGEBYSCORE (the oldest blocking entry)
-#   fw    admit:  HMGET, HSET, PEXPIRE        reject: HMGET
-#   swc   admit:  HMGET, HSET, PEXPIRE        reject: HMGET
-#   gcra  admit:  GET, SET (with PX)          reject: GET
-# The log's ZADD NX is repeated when its probe hits a taken member slot: rare (at most
-# 10**6 members in 2**23 slots), and not counted here. tests/test_capacity.py holds these
-# counts to INFO commandstats on a real Redis.
-SCRIPT_COMMANDS: dict[str, ScriptCommands] = {
-    "log": ScriptCommands(admit=5, per_extra_unit=1, reject=3),
-    "fw": ScriptCommands(admit=3, per_extra_unit=0, reject=1),
-    "swc": ScriptCommands(admit=3, per_extra_unit=0, reject=1),
-    "gcra": ScriptCommands(admit=2, per_extra_unit=0, reject=1),
-}
-
 
 # --- input checks -------------------------------------------------------------------
 
@@ -110,12 +75,6 @@ def _headroom(value: Any) -> float:
     return value
 
 
-def _algorithm(value: Any) -> str:
-    if value not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {value!r}")
-    return value
-
-
 # --- Redis commands per check ---------------------------------------------------------
 
 
@@ -125,7 +84,7 @@ def script_commands(
     """Redis commands the script of `algorithm` issues for one check, besides the
     EVALSHA that runs it: `allowed` picks the path, `cost` (>= 1) the log's ZADDs,
     `redis_clock` adds the TIME of a `clock="redis"` limiter."""
-    counts = SCRIPT_COMMANDS[_algorithm(algorithm)]
+    counts = algorithms.get(algorithm).commands
     if not isinstance(allowed, bool):
         raise ValueError(f"allowed must be True or False, got {allowed!r}")
     cost = validation.count("cost", cost)
@@ -144,7 +103,7 @@ def mean_script_commands(
 ) -> float:
     """Expected script commands per check when `admitted_share` (0..1) of the checks
     are admitted, with mean cost `mean_admitted_cost` (>= 1) among those."""
-    counts = SCRIPT_COMMANDS[_algorithm(algorithm)]
+    counts = algorithms.get(algorithm).commands
     share = _share("admitted_share", admitted_share)
     cost = validation.number("mean_admitted_cost", mean_admitted_cost)
     if cost < 1:
@@ -186,7 +145,7 @@ def bytes_per_key(
     sides of the listpack threshold, so the step there is kept); beyond the largest
     row a log key grows at that row's bytes per member and an O(1) key stays as it is.
     """
-    algorithm = _algorithm(algorithm)
+    algorithm = algorithms.get(algorithm).name
     entries = validation.number("entries", entries)
     if entries < 1:
         raise ValueError(f"entries must be >= 1 (an empty key does not exist), got {entries!r}")
@@ -322,7 +281,7 @@ def plan_fleet(
     `headroom`: the share of both kept free; `commands_per_check`: script commands per
     check, by default the admit path (`script_commands(algorithm, True)`), the costlier.
     """
-    algorithm = _algorithm(algorithm)
+    algorithm = algorithms.get(algorithm).name
     keys = validation.count("active_keys", active_keys)
     rate = validation.non_negative("rate_per_key", rate_per_key)
     headroom = _headroom(headroom)

@@ -41,8 +41,8 @@ import redis
 import redis.asyncio
 import redis.exceptions
 
-from ratelimit import algorithms, sync
-from ratelimit.algorithms import SLIDING_LOG_MAX_LIMIT, Algorithm
+from ratelimit import algorithms, sync, validation
+from ratelimit.algorithms import SLIDING_LOG_MAX_LIMIT
 from ratelimit.backends import is_embedded
 from ratelimit.clock import ManualClock
 
@@ -86,40 +86,9 @@ class MemoryProbe:
     bytes_per_entry: float  # memory_usage / entries
 
 
-_SYNC_CLASSES: dict[str, type[sync.SyncLimiter]] = {
-    algorithms.SLIDING_LOG.name: sync.SlidingWindowLimiter,
-    algorithms.FIXED_WINDOW.name: sync.FixedWindowLimiter,
-    algorithms.SLIDING_WINDOW_COUNTER.name: sync.SlidingWindowCounterLimiter,
-    algorithms.GCRA.name: sync.TokenBucketLimiter,
-}
-_ALGORITHMS = {
-    a.name: a
-    for a in (
-        algorithms.SLIDING_LOG,
-        algorithms.FIXED_WINDOW,
-        algorithms.SLIDING_WINDOW_COUNTER,
-        algorithms.GCRA,
-    )
-}
-
 DEFAULT_WINDOW_MS = 10**9  # ~11.6 days: nothing expires while a key is filled
 DEFAULT_START_MS = 1_796_000_000_000  # virtual time of the first entry (a whole second)
 _CHUNK = 10_000  # members per pipelined ZADD
-
-
-def _algorithm(spec: Any) -> Algorithm:
-    """An algorithm from its name ("log", "sliding_log", ...), an `Algorithm`, or a
-    limiter class or instance (sync or async)."""
-    if isinstance(spec, str):
-        for a in _ALGORITHMS.values():
-            if spec in (a.name, a.script):
-                return a
-    else:
-        found = getattr(spec, "algorithm", spec)
-        if isinstance(found, Algorithm) and found.name in _ALGORITHMS:
-            return found
-    names = ", ".join(repr(n) for n in _ALGORITHMS)
-    raise ValueError(f"unknown algorithm {spec!r}: give one of {names} or a limiter class")
 
 
 def _check_measurable(client: Any) -> None:
@@ -158,12 +127,6 @@ def listpack_threshold(client: Any) -> int:
             if _text(key) == name:
                 return int(_text(value))
     raise RuntimeError("the server reports neither zset-max-listpack-entries nor -ziplist-")
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 def _zadd_all(client: Any, key: str, members: list[tuple[str, int]]) -> None:
@@ -248,9 +211,9 @@ def probe(
     also when something fails.
     """
     _check_measurable(client)
-    alg = _algorithm(algorithm)
-    entries = _positive_int("entries", entries)
-    limit = entries if limit is None else _positive_int("limit", limit)
+    alg = algorithms.get(algorithm)
+    entries = validation.count("entries", entries)
+    limit = entries if limit is None else validation.count("limit", limit)
     if entries > limit:
         raise ValueError(f"entries ({entries}) must be <= limit ({limit})")
     if member_format not in ("script", "classic"):
@@ -266,7 +229,7 @@ def probe(
         raise ValueError(f"window_ms ({window_ms}) must be >= entries, or entries are trimmed")
 
     clock = ManualClock()
-    limiter = _SYNC_CLASSES[alg.name](
+    limiter = alg.limiter_class("sync")(
         client, None, limit, prefix=prefix, window_ms=window_ms, clock=clock
     )
     identity = f"memory-probe-{uuid.uuid4().hex}"
@@ -335,7 +298,6 @@ _TABLE_DTYPES = {
     "redis_version": str,
     "listpack_threshold": "int64",
 }
-ALGORITHM_NAMES = tuple(_ALGORITHMS)  # ("log", "fw", "swc", "gcra")
 MEMBER_FORMATS = ("script", "classic")
 
 Limits = Sequence[int] | Callable[[int], Iterable[int]]
@@ -350,7 +312,7 @@ def redis_version(client: Any) -> str:
 def _limits(limits: Any, maximum: int) -> list[int]:
     if isinstance(limits, str | bytes) or not isinstance(limits, Iterable):
         raise ValueError(f"limits must be a sequence of positive integers, got {limits!r}")
-    values = sorted({_positive_int("limit", value) for value in limits})
+    values = sorted({validation.count("limit", value) for value in limits})
     if not values:
         raise ValueError("limits must not be empty")
     if values[-1] > maximum:
@@ -361,7 +323,7 @@ def _limits(limits: Any, maximum: int) -> list[int]:
 def _variants(specs: Any, member_formats: Any) -> list[tuple[str, str]]:
     if isinstance(specs, str) or not isinstance(specs, Iterable):
         specs = [specs]
-    names = list(dict.fromkeys(_algorithm(a).name for a in specs))
+    names = list(dict.fromkeys(algorithms.get(a).name for a in specs))
     if not names:
         raise ValueError("algorithms must not be empty")
     formats = [member_formats] if isinstance(member_formats, str) else list(member_formats)
@@ -385,7 +347,7 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 def memory_table(
     client: redis.Redis,
     limits: Limits,
-    algorithms: Any = ALGORITHM_NAMES,
+    algorithms: Any = algorithms.NAMES,
     *,
     member_formats: Any = MEMBER_FORMATS,
     window_ms: int = DEFAULT_WINDOW_MS,
@@ -484,7 +446,7 @@ def measured_or_stored(
     client: redis.Redis | None,
     path: str | Path,
     limits: Limits,
-    algorithms: Any = ALGORITHM_NAMES,
+    algorithms: Any = algorithms.NAMES,
     *,
     member_formats: Any = MEMBER_FORMATS,
     save: bool = True,
@@ -533,11 +495,11 @@ def fleet_memory(
     import pandas as pd
 
     table = _checked_table(table)
-    counts = sorted({_positive_int("active_keys", n) for n in active_keys})
+    counts = sorted({validation.count("active_keys", n) for n in active_keys})
     if not counts:
         raise ValueError("active_keys must not be empty")
     if limits is not None:
-        wanted = sorted({_positive_int("limit", v) for v in limits})
+        wanted = sorted({validation.count("limit", v) for v in limits})
         for (name, member_format), group in table.groupby(
             ["algorithm", "member_format"], sort=False
         ):

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ratelimit import validation
+
 from .timebase import MAX_ABS_MS as _MAX_ABS_MS
 from .timebase import seconds_to_ms
 
@@ -55,12 +57,6 @@ def _window_ms(width_seconds: Any, name: str = "width_seconds") -> int:
     if ms >= _MAX_ABS_MS:
         raise ValueError(f"{name} is out of range: {width_seconds!r}")
     return ms
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 # ---------------------------------------------------------------- rolling-window peaks
@@ -149,7 +145,7 @@ def max_in_window_ms(timestamps_ms: Any, width_ms: int, weights: Any = None) -> 
 
     Timestamps may be unsorted and tied. O(n log n). Empty input gives 0.
     """
-    width = _positive_int("width_ms", width_ms)
+    width = validation.count("width_ms", width_ms)
     if width >= _MAX_ABS_MS:
         raise ValueError(f"width_ms is out of range: {width_ms!r}")
     ms = _int_ms(timestamps_ms)
@@ -272,7 +268,7 @@ def overshoot(replayed: pd.DataFrame, limit: int, window_seconds: float) -> floa
     floored to ms. A table with no admissions gives 0.0.
     """
     _require(replayed, ["time", "identity", "cost", "allowed"])
-    limit = _positive_int("limit", limit)
+    limit = validation.count("limit", limit)
     window = _window_ms(window_seconds, "window_seconds")
     allowed = _allowed(replayed)
     peaks = _admitted_peaks(replayed, allowed, _costs(replayed), window)
@@ -327,7 +323,7 @@ def retry_after_error(replayed: pd.DataFrame, limit: int, window_seconds: float)
     Vectorized, O(n log n).
     """
     _require(replayed, ["time", "identity", "cost", "allowed", "retry_after_ms"])
-    limit = _positive_int("limit", limit)
+    limit = validation.count("limit", limit)
     window = _window_ms(window_seconds, "window_seconds")
     if replayed["identity"].isna().any():
         raise ValueError("replayed['identity'] has missing values")

@@ -1,19 +1,20 @@
-"""Interactive "explore" sections of the chapters: sliders that re-run a chapter's
-simulation through the reference models and redraw its main figure.
+"""What every chapter's figures share: one colour per algorithm, the gallery, the sliders.
 
-Each chapter has a module here with one function that takes the chapter's parameters
-and returns its main figure (a `matplotlib.figure.Figure`), fast enough to redraw on
-every slider move. The notebook shows that figure once with the default parameters (so
-the static report has it), then `explorer(...)` below it for JupyterLab:
+- `COLORS`: the colour of each algorithm (by its tag in `ratelimit.algorithms`), the
+  same in every figure of the book.
+- `save_for_gallery(figure, name)`: the README's gallery image, written only when the
+  main job asks for it.
+- `explorer(draw, **sliders)`: the "Explore" section of a chapter, sliders that call a
+  chapter module's figure function again and show what it draws:
 
-    from ratelimit.lab.chapters import boundary_burst
-    from ratelimit.lab.plotting import explorer
-    boundary_burst.figure(limit=10, rate=20.0)          # the default figure
-    explorer(boundary_burst.figure, limit=(1, 50), rate=(1.0, 100.0))   # sliders
+      from ratelimit.lab.chapters import boundary_burst
+      from ratelimit.lab.plotting import explorer
+      boundary_burst.figure()                                        # the default figure
+      explorer(boundary_burst.figure, limit=(1, 50), rate_multiple=(1.0, 10.0))  # sliders
 
-The cell holding the sliders carries two tags: `explore-widget`, so the HTML report
-leaves its output out (a widget needs a live kernel), and `nbval-ignore-output`, since
-nbval does not capture an Output widget: the figure drawn inside it arrives as an extra
+The cell holding the sliders carries two tags: `WIDGET_TAG`, so the HTML report leaves
+its output out (a widget needs a live kernel), and `nbval-ignore-output`, since nbval
+does not capture an Output widget: the figure drawn inside it arrives as an extra
 output of its own, unlike in nbconvert or JupyterLab.
 """
 
@@ -25,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 WIDGET_TAG = "explore-widget"
+
+COLORS = {"log": "tab:blue", "fw": "tab:orange", "swc": "tab:green", "gcra": "tab:purple"}
+"""Each algorithm's colour, by its tag (`ratelimit.algorithms`)."""
 GALLERY_DIR = Path("figures")  # beside the notebooks, which run in their own folder
 
 

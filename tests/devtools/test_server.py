@@ -152,3 +152,17 @@ def test_available_follows_path(monkeypatch, tmp_path):
 
 def test_free_port_is_bindable():
     assert port_is_free(free_port())
+
+
+@server_test
+def test_a_paused_server_answers_nothing_until_thawed(tmp_path):
+    with RedisServer(tmp_path) as server:
+        client = server.client(socket_timeout=0.3)
+        with server.paused():
+            with pytest.raises(redis.exceptions.TimeoutError):
+                client.ping()
+        assert redis.Redis.from_url(server.url, socket_timeout=5).ping()
+        client.close()
+    with pytest.raises(RuntimeError, match="not running"):
+        with server.paused():
+            pass

@@ -19,11 +19,10 @@ from starlette.requests import Request as StarletteRequest
 
 import ratelimit
 import ratelimit.sync
-from ratelimit import demo
+from ratelimit import Decision, RateLimiterUnavailable, demo
 from ratelimit.demo import create_app, tile_png
 from ratelimit.devtools.demo_server import DemoServer
-from ratelimit.devtools.process import pid_alive, port_is_free
-from ratelimit.devtools.server import free_port
+from ratelimit.devtools.process import free_port, pid_alive, port_is_free
 from ratelimit.http import (
     DEGRADED_HEADER,
     PROBLEM_JSON,
@@ -685,3 +684,19 @@ def test_a_real_uvicorn_process_answers_ten_200_and_two_429(backend, request):
         server.close()
     assert pid is not None and not pid_alive(pid)
     assert not server.running and port_is_free(port)
+
+
+def test_status_for_every_kind_of_outcome():
+    """The one mapping from a check's outcome to a status, which the dependency uses."""
+    from ratelimit.http import decision_for, status_for
+
+    admitted, rejected = Decision(True, 10, 9, 0, 1000), Decision(False, 10, 0, 1500, 2000)
+    limiter = ratelimit.SlidingWindowLimiter(fakeredis.FakeAsyncRedis(), 1, 10, on_error="allow")
+    assert (status_for(admitted), status_for(rejected)) == (200, 429)
+    assert decision_for(rejected, limiter) is rejected
+    down = decision_for(RateLimiterUnavailable("no Redis"), limiter)
+    assert (status_for(down), down.retry_after, down.degraded) == (503, 1, True)
+    bug = decision_for(RuntimeError("a bug in a custom limiter"), limiter)
+    assert status_for(bug) == 200 and bug.degraded  # on_error="allow" admits
+    closed = decision_for(RuntimeError("a bug"), limiter.with_options(on_error="deny"))
+    assert status_for(closed) == 503 and closed.retry_after == 1

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 import ratelimit.sync
+from ratelimit import algorithms
 from ratelimit.clock import ManualClock
-from ratelimit.lab import capacity, memory
+from ratelimit.lab import memory
 from ratelimit.lab.capacity import (
     bytes_per_key,
     checks_per_second,
@@ -322,7 +323,7 @@ def _inner_commands(client) -> int:
 
 
 @pytest.mark.private_redis
-@pytest.mark.parametrize("algorithm", capacity.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", algorithms.NAMES)
 @pytest.mark.parametrize("redis_clock", [False, True], ids=["app-clock", "redis-clock"])
 def test_counts_match_info_commandstats(private_redis, algorithm, redis_clock):
     client = private_redis.client()

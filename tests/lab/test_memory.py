@@ -105,7 +105,9 @@ def test_o1_keys_with_a_smaller_request_than_the_limit(real, prefix):
 def test_algorithms_can_be_given_as_limiter_classes(real, prefix):
     assert probe(real, ratelimit.sync.TokenBucketLimiter, 5, prefix=prefix).algorithm == "gcra"
     assert probe(real, ratelimit.FixedWindowLimiter, 5, prefix=prefix).algorithm == "fw"
-    assert probe(real, "sliding_window_counter", 5, prefix=prefix).algorithm == "swc"
+    assert probe(real, "swc", 5, prefix=prefix).algorithm == "swc"
+    with pytest.raises(ValueError, match="give one of log, fw, swc, gcra"):
+        probe(real, "sliding_window_counter", 5, prefix=prefix)  # one naming scheme: the tag
 
 
 def test_the_key_is_deleted_even_when_measuring_fails(real_redis_url, prefix):
@@ -149,8 +151,8 @@ OFFLINE = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.1)
     [
         ({"algorithm": "leaky"}, "unknown algorithm 'leaky'"),
         ({"algorithm": 42}, "unknown algorithm"),
-        ({"entries": 0}, "entries must be a positive integer"),
-        ({"entries": 2.5}, "entries must be a positive integer"),
+        ({"entries": 0}, "entries must be (an integer|>= 1)"),
+        ({"entries": 2.5}, "entries must be (an integer|>= 1)"),
         ({"entries": 10, "limit": 5}, r"entries \(10\) must be <= limit \(5\)"),
         ({"member_format": "short"}, "member_format must be"),
         ({"fill": "magic"}, "fill must be"),
@@ -258,7 +260,7 @@ def test_redis_version_is_the_servers(real):
     [
         (([],), {}, "limits must not be empty"),
         (("10",), {}, "limits must be a sequence"),
-        (([10, 0],), {}, "limit must be a positive integer"),
+        (([10, 0],), {}, "limit must be (an integer|>= 1)"),
         (([2_000_000],), {}, "above the sliding log's maximum"),
         (([10], []), {}, "algorithms must not be empty"),
         (([10], ["leaky"]), {}, "unknown algorithm"),
@@ -355,7 +357,7 @@ def test_fleet_memory_multiplies_bytes_per_key_by_keys():
     ("kwargs", "message"),
     [
         ({"active_keys": []}, "active_keys must not be empty"),
-        ({"active_keys": [0]}, "active_keys must be a positive integer"),
+        ({"active_keys": [0]}, "active_keys must be (an integer|>= 1)"),
         ({"active_keys": [10], "limits": [100]}, r"no log \(script\) key at limit\(s\) \[100\]"),
     ],
 )
