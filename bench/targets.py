@@ -1,4 +1,4 @@
-"""Issue 7's targets, judged on one run's figures.
+"""The performance targets of the limiter, judged on one run's figures.
 
 - one async sliding-log check on 10,000 keys >= 0.85x a bare EVALSHA `return 1`;
 - ahead of every peer by >= 1.1x, each against our limiter of the same algorithm,

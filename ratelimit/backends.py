@@ -21,11 +21,11 @@ other than `/0` is an error, since a cluster has only database 0. For such a URL
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from typing import Any
 from urllib.parse import urlsplit
 
-import fakeredis
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
@@ -47,6 +47,14 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 # host: asyncio checks overshot their timeout by up to 4 s, against < 0.3 s without.
 
 
+def _fakeredis() -> Any:
+    # Imported on first use: a service that talks to a real Redis never loads it (and
+    # fakeredis loads numpy whenever numpy is installed).
+    import fakeredis
+
+    return fakeredis
+
+
 def _url(url: str | None, embedded: bool) -> str | None:
     if embedded:
         return None
@@ -63,7 +71,7 @@ def connect(
     """
     url = _url(url, embedded)
     if url is None:
-        return fakeredis.FakeAsyncRedis()
+        return _fakeredis().FakeAsyncRedis()
     if is_cluster_url(url):
         first, seeds = parse_cluster_url(url)
         return redis.asyncio.RedisCluster.from_url(
@@ -82,7 +90,7 @@ def connect_sync(
     """A synchronous client for `url` (or `REDIS_URL`), else an embedded fakeredis."""
     url = _url(url, embedded)
     if url is None:
-        return fakeredis.FakeRedis()
+        return _fakeredis().FakeRedis()
     if is_cluster_url(url):
         first, seeds = parse_cluster_url(url)
         return redis.RedisCluster.from_url(
@@ -134,7 +142,8 @@ def parse_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
 
 def is_embedded(client: Any) -> bool:
     """True for an in-process fakeredis client (no server, no real memory figures)."""
-    return isinstance(client, fakeredis.FakeRedis | fakeredis.FakeAsyncRedis)
+    fake = sys.modules.get("fakeredis")  # not imported yet: no client can be one
+    return fake is not None and isinstance(client, fake.FakeRedis | fake.FakeAsyncRedis)
 
 
 # One bounded client per (caller's client, timeout): limiters built alike, such as the

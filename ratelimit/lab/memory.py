@@ -191,7 +191,7 @@ def probe(
 ) -> MemoryProbe:
     """Fill one fresh key of `algorithm` with `entries`, measure it, delete it.
 
-    - `algorithm`: "log", "fw", "swc", "gcra" (or "sliding_log", ...), an
+    - `algorithm`: "log", "fw", "swc", "gcra" (tags of `ratelimit.algorithms`), an
       `Algorithm`, or a limiter class or instance (only its algorithm is used).
     - `entries`: for the sliding log, admitted requests of cost 1 (= members), at
       consecutive ms from `start_ms`; for the O(1) algorithms, the cost of one

@@ -10,10 +10,10 @@ import redis
 
 import ratelimit
 import ratelimit.sync
+from ratelimit import algorithms
 from ratelimit.clock import ManualClock
 
-NAMES = ["SlidingWindowLimiter", "FixedWindowLimiter", "SlidingWindowCounterLimiter",
-         "TokenBucketLimiter"]
+NAMES = [a.class_name for a in algorithms.ALGORITHMS]
 
 
 def batch(seed: int, n: int = 60) -> tuple[list[str], list[int]]:

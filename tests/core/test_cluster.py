@@ -12,15 +12,11 @@ and the same limiter works again by itself once the node is back.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import re
-import subprocess
-import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,18 +26,13 @@ from redis.crc import key_slot
 
 import ratelimit
 import ratelimit.sync
-from ratelimit import Decision, RateLimiterUnavailable
+from ratelimit import Decision, RateLimiterUnavailable, algorithms
 from ratelimit.backends import bounded_client, parse_cluster_url
 from ratelimit.clock import ManualClock
-from ratelimit.devtools.cluster import LocalCluster, is_our_server
+from ratelimit.devtools.cluster import LocalCluster
 from ratelimit.scripts import source
 
-NAMES = [
-    "SlidingWindowLimiter",
-    "FixedWindowLimiter",
-    "SlidingWindowCounterLimiter",
-    "TokenBucketLimiter",
-]
+NAMES = [a.class_name for a in algorithms.ALGORITHMS]
 LIMITERS = pytest.mark.parametrize("name", NAMES)
 MODES = pytest.mark.parametrize("mode", ["async", "sync"])
 
@@ -480,42 +471,3 @@ async def test_a_restarted_master(mode, cluster, clients, prefix):
               f"{recovered:.2f} s after the restart")  # fmt: skip
     finally:
         cluster.wait_ready(RECOVERY)  # leave the session's cluster ok for later tests
-
-
-# 4. make cluster-up / cluster-down ----------------------------------------------------
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ratelimit.devtools.cluster", *args],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-
-
-def test_cluster_up_and_down_by_pid(cluster, tmp_path: Path):
-    """`up` leaves a working cluster behind and records its PIDs; a second `up` keeps
-    it; `down` stops exactly those PIDs and removes the state; a second `down` is a
-    no-op. (The session's `cluster` fixture only makes this skip, or fail under CI,
-    without redis-server and redis-cli.)"""
-    workdir = tmp_path / "cli"
-    first = run_cli("up", "--dir", str(workdir))
-    assert first.returncode == 0, first.stderr
-    state = json.loads((workdir / "state.json").read_text())
-    servers = list(zip(state["pids"], state["ports"], strict=True))
-    try:
-        assert state["url"] in first.stdout
-        assert len(servers) == 3 and all(is_our_server(pid, port) for pid, port in servers)
-        with ratelimit.connect_sync(state["url"]) as client:
-            limiter = ratelimit.sync.SlidingWindowLimiter(client, 60, 2)
-            assert [limiter.check("dave").allowed for _ in range(3)] == [True, True, False]
-
-        again = run_cli("up", "--dir", str(workdir))
-        assert again.returncode == 0 and "already running" in again.stdout
-        assert json.loads((workdir / "state.json").read_text())["pids"] == state["pids"]
-    finally:
-        stopped = run_cli("down", "--dir", str(workdir))
-    assert stopped.returncode == 0, stopped.stderr
-    assert not any(is_our_server(pid, port) for pid, port in servers)
-    assert not workdir.exists()
-    twice = run_cli("down", "--dir", str(workdir))
-    assert twice.returncode == 0 and "no local Redis Cluster" in twice.stdout

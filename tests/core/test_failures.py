@@ -5,15 +5,34 @@ Every scenario runs for the asyncio limiters and the synchronous ones
 act on the server meanwhile). Restarts, outages, pauses and killed connections
 happen only on a private redis-server (`private_redis`), never on the shared one.
 Durations are measured with `time.monotonic()` and asserted with a margin.
+
+The first part checks single requests around each fault. The second ("under load")
+lands the same faults while several tasks (or threads) hammer one identity, and
+records every check (`tests.core.loadgen.hammer`). For each fault and failure policy:
+
+- every check returns within the limiter's timeout plus MARGIN, and its outcome is a
+  normal decision or exactly what the policy documents (raise `RateLimiterUnavailable`,
+  or a degraded allow / deny), never another exception;
+- the checks answered before the fault, and those sent once it is over, are normal
+  decisions: service resumes by itself;
+- the decisions Redis made never admit more than the limit in any rolling window of
+  Redis's clock (a restart empties the server, so before and after are counted apart),
+  and the sliding log still holds every admitted request of the last window.
+
+Under load the limiters read Redis's clock: with the app clock a check stamped before it
+waited in the client's queue may be counted against an earlier window (see
+test_load.py), which is a property of that clock, not of these faults.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import inspect
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import fakeredis
@@ -25,19 +44,11 @@ from redis.backoff import NoBackoff
 
 import ratelimit
 import ratelimit.sync
-from ratelimit import Decision, RateLimiterUnavailable
+from ratelimit import Decision, RateLimiterUnavailable, algorithms
 from ratelimit.devtools.process import free_port
+from tests.core.loadgen import LoadConfig, LoadResult, hammer
 
-LIMITERS = {
-    "sliding_log": (ratelimit.SlidingWindowLimiter, ratelimit.sync.SlidingWindowLimiter),
-    "fixed_window": (ratelimit.FixedWindowLimiter, ratelimit.sync.FixedWindowLimiter),
-    "sliding_counter": (
-        ratelimit.SlidingWindowCounterLimiter,
-        ratelimit.sync.SlidingWindowCounterLimiter,
-    ),
-    "token_bucket": (ratelimit.TokenBucketLimiter, ratelimit.sync.TokenBucketLimiter),
-}
-ALGORITHMS = pytest.mark.parametrize("algorithm", list(LIMITERS))
+ALGORITHMS = pytest.mark.parametrize("algorithm", algorithms.NAMES)
 POLICIES = pytest.mark.parametrize("on_error", ["raise", "allow", "deny"])
 
 TIMEOUT = 0.5  # the limiters' timeout in the outage and slowness tests
@@ -68,8 +79,7 @@ def mode(request: pytest.FixtureRequest) -> str:
 
 
 def limiter_class(algorithm: str, mode: str) -> type:
-    async_cls, sync_cls = LIMITERS[algorithm]
-    return async_cls if mode == "async" else sync_cls
+    return algorithms.get(algorithm).limiter_class(mode)
 
 
 async def resolve(result: Any) -> Any:
@@ -224,7 +234,7 @@ async def test_flush_during_reload_is_invisible(
     """A SCRIPT FLUSH between the reload and the retried EVALSHA must not reach the
     caller either (seen for real: parallel runs of the flush test above on one server)."""
     client = plain_clients(mode, private_redis.url)
-    limiter = limiter_class("sliding_log", mode)(client, 60, LIMIT)
+    limiter = limiter_class("log", mode)(client, 60, LIMIT)
     assert_fresh(await check(limiter, "alice"))
 
 
@@ -274,7 +284,7 @@ async def test_concurrent_checks_survive_restart(mode, private_redis, plain_clie
     """Several pooled connections all broken by one restart: concurrent checks on
     the same limiter each get a normal answer, and together admit exactly the limit."""
     client = plain_clients(mode, private_redis.url)
-    limiter = limiter_class("sliding_log", mode)(client, 60, LIMIT)
+    limiter = limiter_class("log", mode)(client, 60, LIMIT)
 
     async def burst(n: int) -> list[Decision]:
         return list(await asyncio.gather(*(check(limiter, "bob") for _ in range(n))))
@@ -294,7 +304,7 @@ async def test_connection_dropped_mid_check_is_retried(mode, private_redis, plai
     client = plain_clients(mode, private_redis.url)  # from_url: no redis-py retry
     # A long timeout: the drop comes early in the check, as a restart's would, and
     # the check ends as soon as the pause is lifted.
-    limiter = limiter_class("sliding_log", mode)(client, 60, LIMIT, timeout=5.0)
+    limiter = limiter_class("log", mode)(client, 60, LIMIT, timeout=5.0)
     assert_fresh(await check(limiter, "alice"))
 
     await admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")  # holds EVALSHA
@@ -320,7 +330,7 @@ async def test_redis_down_applies_policy_then_recovers(
     """With the server stopped, each check applies the failure policy promptly; once
     the server is back on the same port, the same limiter works again by itself."""
     client = plain_clients(mode, private_redis.url)
-    limiter = limiter_class("sliding_log", mode)(
+    limiter = limiter_class("log", mode)(
         client, 60, LIMIT, on_error=on_error, timeout=TIMEOUT
     )
     assert_fresh(await check(limiter, "alice"))
@@ -338,7 +348,7 @@ async def test_redis_down_applies_policy_then_recovers(
 async def test_redis_down_cause_is_the_redis_error(mode, private_redis, plain_clients):
     """Under "raise", the refused connection itself is chained as `__cause__`."""
     client = plain_clients(mode, private_redis.url)
-    limiter = limiter_class("sliding_log", mode)(client, 60, LIMIT, timeout=TIMEOUT)
+    limiter = limiter_class("log", mode)(client, 60, LIMIT, timeout=TIMEOUT)
     private_redis.stop()
     with pytest.raises(RateLimiterUnavailable) as info:
         await check(limiter, "alice")
@@ -368,7 +378,7 @@ async def test_slow_redis_gives_up_after_timeout(
     """While Redis stalls (CLIENT PAUSE ... ALL) a check gives up after about `timeout`
     and applies the policy; once the pause is over the same limiter works again."""
     client = plain_clients(mode, private_redis.url)
-    limiter = limiter_class("sliding_log", mode)(
+    limiter = limiter_class("log", mode)(
         client, 60, LIMIT, on_error=on_error, timeout=TIMEOUT
     )
     assert_fresh(await check(limiter, "alice"))  # a warm pooled connection
@@ -395,7 +405,7 @@ async def test_retry_stays_within_timeout(mode, private_redis, plain_clients, ad
     the retry must not get a timeout of its own; the whole check ends by `timeout`."""
     timeout = 1.0
     client = plain_clients(mode, private_redis.url)
-    limiter = limiter_class("sliding_log", mode)(client, 60, LIMIT, timeout=timeout)
+    limiter = limiter_class("log", mode)(client, 60, LIMIT, timeout=timeout)
     assert_fresh(await check(limiter, "alice"))
 
     await admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")  # holds EVALSHA
@@ -430,7 +440,7 @@ async def test_bad_input_is_not_a_redis_failure(identity, cost, mode, plain_clie
     """ValueError even under on_error="allow" and with no server at all: bad input is
     the caller's bug, never turned into a degraded allow."""
     client = plain_clients(mode, f"redis://127.0.0.1:{free_port()}/0")  # nobody listens
-    limiter = limiter_class("sliding_log", mode)(
+    limiter = limiter_class("log", mode)(
         client, 60, LIMIT, on_error="allow", timeout=TIMEOUT
     )
     with pytest.raises(ValueError):
@@ -465,3 +475,221 @@ async def test_a_cancelled_check_is_cancelled_not_degraded():
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+# Under load ------------------------------------------------------------------------
+
+LOAD_TIMEOUT = 0.3  # the limiters' timeout under load
+# MARGIN covers a sync check that retries a connection that failed at once (within
+# 0.1 x timeout) and then waits a full timeout again, and a task or thread waiting for
+# the CPU on a busy two-core machine.
+FAULT = 0.7  # how long SCRIPT FLUSHes go on, or the server stays down
+# How long a CLIENT PAUSE or DEBUG SLEEP lasts: more than LOAD_TIMEOUT + MARGIN, so that a
+# check that waited the stall out instead of giving up would break the bound.
+STALL = 1.0
+LOAD_LIMIT, WINDOW_MS = 20, 500
+TASKS = 4
+THINK = 0.002  # between a task's checks: thousands of checks/s, not a busy loop
+BEFORE, AFTER = 0.2, 0.5  # seconds of load before the fault and after it is over
+MIN_AFTER = 20  # checks sent after the fault, at least (~100 per task are expected)
+
+
+@dataclass
+class Run:
+    """One load run: every check, and when (wall clock) the fault began and ended."""
+
+    result: LoadResult
+    fault_start: float
+    fault_end: float
+    new_server_from: float | None  # a restart: Redis state before this time is gone
+    key_scores: list[int]  # the sliding log right after the run
+
+    @property
+    def checks(self) -> Any:
+        return self.result.checks
+
+
+async def run_under_load(
+    server: Any, mode: str, on_error: str, fault: Callable[[], Awaitable[float | None]]
+) -> Run:
+    """Hammer one identity, run `fault` after BEFORE s, go on for AFTER s once it
+    returns. `fault` returns the time a new (empty) server took over, if it did."""
+    config = LoadConfig(
+        server.url,
+        window_ms=WINDOW_MS,
+        limit=LOAD_LIMIT,
+        clock="redis",
+        timeout=LOAD_TIMEOUT,
+        on_error=on_error,
+        identity="victim",
+        ttl_slack_ms=60_000,  # the log is read after the run: no race with its TTL
+    )
+    if mode == "async":
+        client: Any = ratelimit.connect(server.url)
+        limiter: Any = config.limiter(client)
+    else:
+        client = ratelimit.connect_sync(server.url)
+        limiter = ratelimit.sync.SlidingWindowLimiter(
+            client,
+            prefix=config.prefix,
+            window_ms=WINDOW_MS,
+            limit=LOAD_LIMIT,
+            clock="redis",
+            timeout=LOAD_TIMEOUT,
+            on_error=on_error,
+            ttl_slack_ms=60_000,
+        )
+    stop = asyncio.Event()
+    try:
+        load = asyncio.create_task(
+            hammer(limiter, "victim", tasks=TASKS, duration=30, think_time=THINK, stop=stop)
+        )
+        await asyncio.sleep(BEFORE)
+        fault_start = time.time()
+        new_server_from = await fault()
+        fault_end = time.time()
+        await asyncio.sleep(AFTER)
+        stop.set()
+        checks = await load
+    finally:
+        stop.set()
+        if mode == "async":
+            await client.aclose()
+        else:
+            client.close()
+    with server.client() as reader:
+        scores = [int(s) for _, s in reader.zrange(config.key, 0, -1, withscores=True)]
+    result = LoadResult.from_checks(config, checks)
+    return Run(result, fault_start, fault_end, new_server_from, scores)
+
+
+def assert_contract(run: Run, on_error: str, *, failures_expected: bool | None) -> None:
+    """The promises of the module docstring, for one run."""
+    checks = run.checks
+    failed = checks[(checks["error"] != "") | checks["degraded"]]
+    # Only the documented outcomes: no other exception ever reaches the caller.
+    errors = collections.Counter(checks["error"][checks["error"] != ""])
+    if on_error == "raise":
+        assert set(errors) <= {"RateLimiterUnavailable"}, errors
+        assert not checks["degraded"].any()
+    else:
+        assert not errors, errors
+        assert (failed["allowed"] == (on_error == "allow")).all(), failed.head()
+    # Never hang.
+    slowest = checks["latency"].max()
+    assert slowest <= LOAD_TIMEOUT + MARGIN, f"a check took {slowest:.3f} s"
+    # Normal before the fault and once it is over: it resumes by itself.
+    before = checks[checks["received"] < run.fault_start]
+    after = checks[checks["sent"] >= run.fault_end]
+    assert len(before) > 0 and len(after) >= MIN_AFTER, (len(before), len(after))
+    for phase, rows in (("before", before), ("after", after)):
+        bad = rows[(rows["error"] != "") | rows["degraded"]]
+        assert bad.empty, f"{len(bad)} failed checks {phase} the fault:\n{bad.head()}"
+    # The fault was real (or, for SCRIPT FLUSH, invisible). None: a quick restart may
+    # fall between two checks.
+    if failures_expected is not None:
+        assert (len(failed) > 0) == failures_expected, len(failed)
+    # Never more than the limit in any rolling window of Redis's clock.
+    admitted = run.result.admitted
+    segments = [admitted]
+    if run.new_server_from is not None:
+        split = admitted["decided_ms"] < run.new_server_from * 1000
+        segments = [admitted[split], admitted[~split]]
+    peak = max(LoadResult.from_checks(run.result.config, s).max_admitted() for s in segments)
+    assert peak <= LOAD_LIMIT, f"{peak} admitted in one window of {WINDOW_MS} ms"
+    assert run.result.max_admitted() >= LOAD_LIMIT  # the load really filled the windows
+    during = checks[(checks["sent"] < run.fault_end) & (checks["received"] >= run.fault_start)]
+    print(  # the figures for a report: pytest -s tests/core/test_failures.py -k load
+        f"\n{on_error}: {len(checks)} checks, {len(failed)} failed (policy), "
+        f"{len(during)} during the {run.fault_end - run.fault_start:.2f} s fault, "
+        f"max latency {slowest * 1000:.0f} ms, peak {peak}/{LOAD_LIMIT}"
+    )
+
+
+def assert_log_holds(run: Run, *, exact: bool) -> None:
+    """Every admitted request of the last window is in the log; with `exact`, nothing
+    else is (a check abandoned at its timeout may still run later: stricter)."""
+    result = run.result
+    if run.new_server_from is not None:  # the old server's log went with it
+        checks = result.checks
+        result = LoadResult.from_checks(
+            result.config, checks[checks["decided_ms"] >= run.new_server_from * 1000]
+        )
+    expected = collections.Counter(result.expected_log().tolist())
+    actual = collections.Counter(run.key_scores)
+    assert not expected - actual, f"lost records: {expected - actual}"
+    if exact:
+        assert actual == expected
+    assert len(run.key_scores) <= LOAD_LIMIT
+
+
+# Faults under load --------------------------------------------------------------
+
+
+@pytest.mark.private_redis
+async def test_script_flush_during_load_is_invisible(mode, private_redis, admin):
+    """SCRIPT FLUSH every 20 ms for FAULT s: no check fails, none over-admits, no
+    record is lost or doubled (the EVAL fallback runs each check exactly once)."""
+
+    async def flush_repeatedly() -> None:
+        end = time.monotonic() + FAULT
+        flushes = 0
+        while time.monotonic() < end:
+            await admin.script_flush()
+            flushes += 1
+            await asyncio.sleep(0.02)
+        assert flushes >= 10
+
+    run = await run_under_load(private_redis, mode, "raise", flush_repeatedly)
+    assert_contract(run, "raise", failures_expected=False)
+    assert_log_holds(run, exact=True)
+
+
+@pytest.mark.private_redis
+@POLICIES
+@pytest.mark.parametrize("outage", [0.0, FAULT], ids=["restart", "stopped"])
+async def test_restart_or_outage_during_load(on_error, outage, mode, private_redis):
+    """The server stops (checks follow the policy, promptly), stays down for `outage`
+    seconds, and starts again empty on the same port: the same limiter and client
+    decide normally again without anyone reconnecting them."""
+
+    async def restart() -> float:
+        await asyncio.to_thread(private_redis.stop)
+        stopped = time.time()
+        await asyncio.sleep(outage)
+        await asyncio.to_thread(private_redis.start)
+        return stopped
+
+    run = await run_under_load(private_redis, mode, on_error, restart)
+    # A restart's gap (tens of ms) usually catches a few checks, the outage always does.
+    assert_contract(run, on_error, failures_expected=True if outage else None)
+    assert_log_holds(run, exact=True)
+
+
+@pytest.mark.private_redis
+@POLICIES
+async def test_client_pause_longer_than_timeout(on_error, mode, private_redis, admin):
+    """CLIENT PAUSE ALL for STALL s: checks give up at their timeout
+    and follow the policy; when the pause ends, decisions are normal again."""
+
+    async def pause() -> None:
+        await admin.execute_command("CLIENT", "PAUSE", int(STALL * 1000), "ALL")
+        await admin.ping()  # held by the pause too: returns when it is over
+
+    run = await run_under_load(private_redis, mode, on_error, pause)
+    assert_contract(run, on_error, failures_expected=True)
+    assert_log_holds(run, exact=False)
+
+
+@pytest.mark.private_redis
+@pytest.mark.parametrize("on_error", ["deny"])
+async def test_debug_sleep_longer_than_timeout(on_error, mode, private_redis, admin):
+    """DEBUG SLEEP blocks the whole server (unlike CLIENT PAUSE, it does not even
+    read new commands): the same bounded, policy-following answers, then recovery."""
+
+    async def sleep() -> None:
+        await admin.execute_command("DEBUG", "SLEEP", STALL)
+
+    run = await run_under_load(private_redis, mode, on_error, sleep)
+    assert_contract(run, on_error, failures_expected=True)
+    assert_log_holds(run, exact=False)

@@ -1,4 +1,4 @@
-"""Fuzzing the key mapping and the model/Lua equivalence (issue 8, part 5).
+"""Fuzzing the key mapping and the model/Lua equivalence.
 
 1. Keys: bounded for any text or bytes, identical on the fast and the generic path,
    free of collisions in a large seeded sample, and placed in a cluster slot that only
@@ -35,16 +35,11 @@ from redis.crc import key_slot
 
 import ratelimit
 import ratelimit.sync
-from ratelimit import keys
+from ratelimit import algorithms, keys
 from ratelimit.clock import ManualClock
 from ratelimit.lab import reference
 
-NAMES = [
-    "SlidingWindowLimiter",
-    "FixedWindowLimiter",
-    "SlidingWindowCounterLimiter",
-    "TokenBucketLimiter",
-]
+NAMES = [a.class_name for a in algorithms.ALGORITHMS]
 EXCERPT = r"[A-Za-z0-9._@%-]{1," + str(keys.READABLE_CHARS) + "}"
 TAG = r"\{(?P<tag>[A-Za-z0-9_-]{22})\}"
 SLACK_MS = 600_000  # real-time expiry must not cut a replay short

@@ -1,4 +1,4 @@
-"""Bounded load (issue 8): several processes x tasks hammer one identity for a few
+"""Bounded load: several processes x tasks hammer one identity for a few
 seconds on loopback (`tests/core/loadgen.py`), and every decision is checked afterwards.
 
 - On the real Redis and on a local Redis Cluster, the sliding log on Redis's clock

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import ratelimit
 import ratelimit.sync
-from ratelimit import _core
+from ratelimit import _core, algorithms
 from ratelimit.algorithms import FIXED_WINDOW, SLIDING_LOG
 from ratelimit.clock import ManualClock
 from ratelimit.decision import Decision
@@ -74,7 +74,7 @@ steps = st.lists(
     max_size=60,
 )
 
-CLASSES = [ratelimit.SlidingWindowLimiter, ratelimit.FixedWindowLimiter]
+CLASSES = [a.limiter_class() for a in algorithms.ALGORITHMS if a.near_cache]
 # Always among the examples: one client at 3x its limit, then another one joins.
 ABUSER = [(7, "main", "a", 1)] * 12 + [(5, "other", "a", 1), (5, "main", "a", 1)]
 

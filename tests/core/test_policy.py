@@ -110,3 +110,39 @@ async def test_a_copy_decides_on_the_same_redis_state():
     copy = limiter.with_options(timeout=2.0)
     assert (await limiter.check("a")).allowed and (await copy.check("a")).allowed
     assert not (await limiter.check("a")).allowed  # the copy's admission was counted
+
+
+async def test_window_ms_gives_sub_second_windows():
+    clock = ManualClock(100.0)
+    limiter = ratelimit.SlidingWindowLimiter(
+        fakeredis.FakeAsyncRedis(), window_ms=250, limit=2, clock=clock
+    )
+    assert limiter.window_ms == 250
+    assert [(await limiter.check("a")).allowed for _ in range(3)] == [True, True, False]
+    clock.advance(0.25)
+    assert (await limiter.check("a")).allowed
+
+
+async def test_ttl_slack_extends_the_key_ttl():
+    client = fakeredis.FakeAsyncRedis()
+    limiter = ratelimit.SlidingWindowLimiter(client, 1, 10, ttl_slack_ms=60_000)
+    await limiter.check("alice")
+    assert 60_000 < await client.pttl(limiter.key_for("alice")) <= 61_000
+
+
+def test_virtual_clocks_get_ttl_slack_by_default_real_ones_do_not():
+    client = fakeredis.FakeAsyncRedis()
+    assert ratelimit.SlidingWindowLimiter(client, 1, 10).ttl_slack_ms == 0
+    assert ratelimit.SlidingWindowLimiter(client, 1, 10, clock="redis").ttl_slack_ms == 0
+    virtual = ratelimit.SlidingWindowLimiter(client, 1, 10, clock=ManualClock())
+    assert virtual.ttl_slack_ms == 3_600_000
+    explicit = ratelimit.SlidingWindowLimiter(client, 1, 10, clock=ManualClock(), ttl_slack_ms=0)
+    assert explicit.ttl_slack_ms == 0
+
+
+def test_sliding_log_limit_is_capped_where_its_members_stay_sane():
+    client = fakeredis.FakeAsyncRedis()
+    assert ratelimit.SlidingWindowLimiter(client, 1, 1_000_000).limit == 1_000_000
+    with pytest.raises(ValueError, match="limit must be <= 1000000"):
+        ratelimit.SlidingWindowLimiter(client, 1, 1_000_001)
+    assert ratelimit.FixedWindowLimiter(client, 1, 10**9).limit == 10**9

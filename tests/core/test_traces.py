@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import ratelimit
 import ratelimit.sync
+from ratelimit import algorithms
 from ratelimit.clock import ManualClock, to_ms
 
 START_MS = 1_000_000_000  # the clock fixture's start (1_000_000.0 s), in ms
@@ -98,23 +99,15 @@ GCRA_BURST_2 = [
     (1000, 1, Y, 1, 0, 100),  # TAT behind now: TAT 1100, allow_at 900 -> floor(100 / 100)
 ]
 
+# Trace name -> (algorithm tag, limiter options, the hand-computed table).
 TRACES = {
-    "sliding_log": ("SlidingWindowLimiter", {"limit": 5}, SLIDING_LOG),
-    "fixed_window": ("FixedWindowLimiter", {"limit": 5}, FIXED_WINDOW),
-    "sliding_window_counter": (
-        "SlidingWindowCounterLimiter",
-        {"limit": 10},
-        SLIDING_WINDOW_COUNTER,
-    ),
-    "gcra": ("TokenBucketLimiter", {"limit": 10}, GCRA),
-    "gcra_burst_2": ("TokenBucketLimiter", {"limit": 10, "burst": 2}, GCRA_BURST_2),
+    "log": ("log", {"limit": 5}, SLIDING_LOG),
+    "fw": ("fw", {"limit": 5}, FIXED_WINDOW),
+    "swc": ("swc", {"limit": 10}, SLIDING_WINDOW_COUNTER),
+    "gcra": ("gcra", {"limit": 10}, GCRA),
+    "gcra_burst_2": ("gcra", {"limit": 10, "burst": 2}, GCRA_BURST_2),
 }
-ALGORITHMS = [
-    "SlidingWindowLimiter",
-    "FixedWindowLimiter",
-    "SlidingWindowCounterLimiter",
-    "TokenBucketLimiter",
-]
+ALGORITHMS = [a.class_name for a in algorithms.ALGORITHMS]
 
 
 def set_ms(clock: ManualClock, ms: int) -> None:
@@ -144,8 +137,10 @@ def check_fields(decisions: list[ratelimit.Decision], limit: int) -> None:
 @pytest.mark.parametrize("name", TRACES)
 async def test_trace_async(name, client, prefix, clock):
     """The asyncio limiter reproduces the hand-computed table, on both backends."""
-    cls_name, options, table = TRACES[name]
-    limiter = getattr(ratelimit, cls_name)(client, 1, prefix=prefix, clock=clock, **options)
+    tag, options, table = TRACES[name]
+    limiter = algorithms.get(tag).limiter_class("async")(
+        client, 1, prefix=prefix, clock=clock, **options
+    )
     got, decisions = [], []
     for at_ms, cost, *_ in table:
         at(clock, at_ms)
@@ -159,8 +154,8 @@ async def test_trace_async(name, client, prefix, clock):
 @pytest.mark.parametrize("name", TRACES)
 def test_trace_sync(name, sync_client, prefix, clock):
     """The synchronous limiter reproduces the same table, on both backends."""
-    cls_name, options, table = TRACES[name]
-    limiter = getattr(ratelimit.sync, cls_name)(
+    tag, options, table = TRACES[name]
+    limiter = algorithms.get(tag).limiter_class("sync")(
         sync_client, 1, prefix=prefix, clock=clock, **options
     )
     got, decisions = [], []

@@ -16,18 +16,12 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import ratelimit.sync
+from ratelimit import algorithms
 from ratelimit.clock import ManualClock
 from ratelimit.lab import reference
 
 PAIRS = {
-    "log": (reference.SlidingWindowLimiter, ratelimit.sync.SlidingWindowLimiter),
-    "fixed": (reference.FixedWindowLimiter, ratelimit.sync.FixedWindowLimiter),
-    "counter": (
-        reference.SlidingWindowCounterLimiter,
-        ratelimit.sync.SlidingWindowCounterLimiter,
-    ),
-    "gcra": (reference.TokenBucketLimiter, ratelimit.sync.TokenBucketLimiter),
+    a.name: (a.limiter_class("reference"), a.limiter_class("sync")) for a in algorithms.ALGORITHMS
 }
 SLACK_MS = 600_000  # real-time expiry must not cut a replay short
 
