@@ -67,6 +67,20 @@ class Backend(Managed):
             return fakeredis.FakeAsyncRedis(server=self._embedded)
         return redis.asyncio.Redis.from_url(self.url, **kwargs)
 
+    def set_down(self, down: bool) -> None:
+        """Take Redis away (`down=True`) or bring it back: a private server is stopped,
+        and started again on the same port (once it has loaded its data); the embedded
+        one refuses every command meanwhile, as a stopped server would. A shared Redis
+        (REDIS_URL) is never stopped: ValueError."""
+        if self.kind == "url":
+            raise ValueError("a shared Redis (REDIS_URL) is never stopped by the lab")
+        if self.server is None:
+            self._embedded.connected = not down
+        elif down:
+            self.server.stop()
+        else:
+            self.server.start()
+
     def start(self) -> Backend:
         return self
 

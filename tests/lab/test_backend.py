@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import redis.exceptions
 
 from ratelimit.devtools.process import pid_alive
 from ratelimit.devtools.server import RedisServer
@@ -43,3 +44,23 @@ async def test_the_embedded_backend_shares_its_data_between_clients(monkeypatch)
         assert await chosen.async_client().get("k") == b"v"
     with backend.choose(private=False) as other:
         assert other.sync_client().get("k") is None  # each backend has its own data
+
+
+def test_a_backend_can_be_taken_down_and_brought_back(monkeypatch):
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    for private in (False, True):
+        if private and not RedisServer.available():
+            continue
+        with backend.choose(private=private) as chosen:
+            client = chosen.sync_client()
+            chosen.set_down(True)
+            with pytest.raises(redis.exceptions.ConnectionError):
+                client.ping()
+            chosen.set_down(False)
+            assert client.ping()
+
+
+def test_a_shared_redis_is_never_taken_down(monkeypatch, real_redis_url):
+    monkeypatch.setenv("REDIS_URL", real_redis_url)
+    with backend.choose() as shared, pytest.raises(ValueError, match="never stopped"):
+        shared.set_down(True)
