@@ -95,7 +95,8 @@ test: setup
 # refresh: execute chapters in place from a clean kernel (CHAPTERS=notebooks/04_x.ipynb for some).
 refresh: setup
 ifneq ($(CHAPTERS),)
-	jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $(CHAPTERS)
+	jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False \
+	  --ExecutePreprocessor.timeout=600 $(CHAPTERS)
 	$(VPY) tools/strip_widget_state.py $(CHAPTERS)
 endif
 

@@ -18,6 +18,8 @@ Its flaws, each shown by chapter 4 and the tests:
 3. The member is chosen by the host: `suffix()` (by default `time.perf_counter_ns`)
    is unique within one process at best. Two hosts whose suffixes coincide in the same
    millisecond write one member, and the set counts two requests once.
+4. With `expire=False` (the EXPIRE forgotten, as it often is) an idle client's key
+   stays forever: chapter 3 counts the leak.
 
 `ratelimit.SlidingWindowLimiter` runs trim, count and add as one Lua script and picks
 its members inside Redis. Decisions here are plain bools, not `ratelimit.Decision`s.
@@ -59,6 +61,7 @@ class ClassicSlidingLog:
         prefix: str = "classic",
         clock: Callable[[], float] = time.time,
         suffix: Callable[[], int] = time.perf_counter_ns,
+        expire: bool = True,
     ) -> None:
         self.redis = redis
         self.window_ms = round(window_seconds * 1000)
@@ -66,6 +69,7 @@ class ClassicSlidingLog:
         self.prefix = prefix
         self.clock = clock
         self.suffix = suffix
+        self.expire = expire
 
     def key_for(self, identity: str) -> str:
         """The sorted set for `identity` (readable, unhashed: this is not the real thing)."""
@@ -84,7 +88,8 @@ class ClassicSlidingLog:
             return False
         # Anything may have happened since ZCARD answered: this is the race.
         await redis.zadd(key, {member: now})
-        await redis.pexpire(key, self.window_ms)
+        if self.expire:
+            await redis.pexpire(key, self.window_ms)
         return True
 
     def check_sync(self, identity: str) -> bool:
@@ -95,7 +100,8 @@ class ClassicSlidingLog:
         if redis.zcard(key) >= self.limit:
             return False
         redis.zadd(key, {member: now})
-        redis.pexpire(key, self.window_ms)
+        if self.expire:
+            redis.pexpire(key, self.window_ms)
         return True
 
     async def check_transaction(self, identity: str) -> bool:
@@ -107,8 +113,9 @@ class ClassicSlidingLog:
         pipe.zremrangebyscore(key, 0, now - self.window_ms)
         pipe.zadd(key, {member: now})
         pipe.zcard(key)
-        pipe.pexpire(key, self.window_ms)
-        _, _, count, _ = await pipe.execute()
+        if self.expire:
+            pipe.pexpire(key, self.window_ms)
+        count = (await pipe.execute())[2]
         return int(count) <= self.limit
 
     def __repr__(self) -> str:

@@ -1,17 +1,27 @@
-"""Chapter 6's explore figure: labelled, driven by its parameters, and behind sliders."""
+"""Chapter 6's module: the demo app's answers, the client loop over HTTP and on the model,
+the outage table, the real server, and the figures drawn from what they computed."""
 
 from __future__ import annotations
 
+import json
+import logging
+
+import httpx
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from ratelimit.devtools.process import pid_alive  # noqa: E402
+from ratelimit.lab import logs  # noqa: E402
 from ratelimit.lab.chapters import http_route  # noqa: E402
 from ratelimit.lab.plotting import explorer  # noqa: E402
+
+KEY = "test-key"
 
 
 def plotted(fig: Figure) -> list[np.ndarray]:
@@ -27,6 +37,229 @@ def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+def response(status: int, headers: dict[str, str], body: dict | None = None) -> httpx.Response:
+    request = httpx.Request("GET", "http://demo/within")
+    return httpx.Response(status, headers=headers, json=body or {}, request=request)
+
+
+# --- the app in this process ------------------------------------------------------------
+
+
+def test_parse_item_reads_name_and_integer_parameters():
+    assert http_route.parse_item('"geofence";r=9;t=1') == {"name": "geofence", "r": 9, "t": 1}
+    assert http_route.parse_item('"tiles";q=100;w=2') == {"name": "tiles", "q": 100, "w": 2}
+    with pytest.raises(ValueError):
+        http_route.parse_item('"geofence";r=nine')
+
+
+async def test_look_ups_over_the_limit_are_refused_and_the_key_stays_bounded():
+    app = http_route.demo_app(limit=3)
+    responses = await http_route.look_ups(app, KEY, 5)
+    table = http_route.verification_table(responses)
+    assert table.index.tolist() == [1, 2, 3, 4, 5] and table.index.name == "request"
+    assert table.status.tolist() == [200, 200, 200, 429, 429]
+    assert table["RateLimit"].tolist()[:3] == [f'"geofence";r={r};t=1' for r in (2, 1, 0)]
+    assert table["Retry-After"].tolist() == ["", "", "", "1", "1"]
+    key, members, ttl_ms = await http_route.key_state(app, KEY)
+    assert KEY not in key and members == 3 and 0 < ttl_ms <= 1000
+
+
+def test_headers_table_has_one_column_per_response_and_the_meanings():
+    ok = response(200, {"RateLimit": '"geofence";r=9;t=1', "RateLimit-Policy": "p"})
+    refused = response(429, {"RateLimit": '"geofence";r=0;t=1', "Retry-After": "1"})
+    table = http_route.headers_table({"ok": ok, "refused": refused})
+    assert table.columns.tolist() == ["ok", "refused", "meaning"]
+    assert table.index.tolist() == list(http_route.HEADER_MEANINGS)
+    assert table.loc["Retry-After", "ok"] == "" and table.loc["Retry-After", "refused"] == "1"
+    assert table.loc["RateLimit-Policy", "ok"] == "p"
+    assert table.loc["Content-Type", "ok"] == "application/json"
+
+
+def test_as_sent_leaves_out_the_fields_that_vary():
+    r = response(429, {"Retry-After": "1", "date": "Mon", "server": "uvicorn"}, {"status": 429})
+    text = http_route.as_sent(r)
+    lines = text.splitlines()
+    assert lines[0] == "HTTP/1.1 429 Too Many Requests"
+    assert "retry-after: 1" in [line.lower() for line in lines]
+    assert not any(
+        line.lower().startswith(("date:", "server:", "content-length:")) for line in lines
+    )
+    assert json.loads(text.split("\n\n", 1)[1]) == {"status": 429}
+
+
+# --- cost-weighted look-ups -------------------------------------------------------------
+
+
+def test_cost_table_caps_at_the_limit():
+    table = http_route.cost_table([100, 1000, 5000], limit=6, window_s=2)
+    assert table.index.name == "radius (m)"
+    assert table["cost (units)"].tolist() == [1, 4, 6]  # 5 km would cost 10: capped at 6
+    assert table["look-ups per 2 s"].tolist() == [6, 1, 1]
+
+
+async def test_cost_sequence_refuses_what_costs_more_than_is_left():
+    sequence = await http_route.cost_sequence([1000, 1000, 1000, 100], 100, limit=10)
+    assert sequence["time (ms)"].tolist() == [0, 100, 200, 300]
+    assert sequence.cost.tolist() == [4, 4, 4, 1]
+    assert sequence.status.tolist() == [200, 200, 429, 200]
+    assert sequence["r (units left)"].tolist() == [6, 2, 2, 1]
+    assert http_route.units_in_window(sequence, 1000) == [4, 8, 8, 9]
+
+
+def test_units_in_window_forgets_what_left_the_window():
+    sequence = pd.DataFrame(
+        {"time (ms)": [0, 500, 1000, 1200], "cost": [3, 2, 5, 1], "status": [200, 200, 429, 200]}
+    )
+    assert http_route.units_in_window(sequence, 1000) == [3, 5, 2, 3]
+
+
+def test_sequence_figure_shows_the_sequence():
+    sequence = pd.DataFrame(
+        {"time (ms)": [0, 125, 250], "cost": [4, 9, 1], "status": [200, 429, 200]}
+    )
+    fig = http_route.sequence_figure(sequence, limit=10, step_ms=125)
+    try:
+        (ax,) = fig.axes
+        admitted, refused = ax.containers
+        assert [b.get_height() for b in admitted] == [4, 1]
+        assert [b.get_height() for b in refused] == [9]
+        assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    finally:
+        plt.close(fig)
+
+
+# --- clients ----------------------------------------------------------------------------
+
+
+def drive(loop: http_route.ClientLoop, answers) -> list[int]:
+    times = []
+    for now_ms, (status, headers) in zip(loop, answers, strict=False):
+        times.append(now_ms)
+        loop.answer(status, headers)
+    return times
+
+
+POLICY = {"RateLimit-Policy": '"geofence";q=10;w=1'}
+REFUSED = {**POLICY, "Retry-After": "2"}
+
+
+@pytest.mark.parametrize(
+    ("client", "gaps", "waited"),
+    [
+        (http_route.HAMMERS, [20, 70, 20], [False] * 4),
+        (http_route.HONOURS_RETRY_AFTER, [20, 2020, 20], [False, False, True, False]),
+        (http_route.PACED, [100, 100, 100], [False] * 4),
+    ],
+)
+def test_client_loop_sends_by_its_behaviour(client, gaps, waited):
+    loop = http_route.ClientLoop(client, duration_s=60, latency_ms=20, hammer_retry_ms=50)
+    answers = [(200, POLICY), (429, REFUSED), (200, POLICY), (200, POLICY)]
+    times = drive(loop, answers)
+    assert np.diff(times).tolist() == gaps
+    run = loop.run()
+    assert run.times_ms.tolist() == times and run.statuses.tolist() == [200, 429, 200, 200]
+    assert run.after_retry_after.tolist() == waited
+    assert (run.requests, run.admitted_count, run.refused_count) == (4, 3, 1)
+
+
+def test_client_loop_needs_an_answer_and_a_known_client():
+    loop = iter(http_route.ClientLoop(http_route.HAMMERS))
+    assert next(loop) == 0
+    with pytest.raises(RuntimeError, match="no answer"):
+        next(loop)
+    with pytest.raises(ValueError, match="client must be one of"):
+        http_route.ClientLoop("patient")
+    with pytest.raises(ValueError, match="client must be one of"):
+        http_route.simulate(client="patient")
+
+
+def test_client_loop_stops_at_its_duration():
+    loop = http_route.ClientLoop(http_route.HAMMERS, duration_s=1, latency_ms=300)
+    assert drive(loop, [(200, POLICY)] * 10) == [0, 300, 600, 900]
+
+
+def test_simulate_tells_the_chapters_story():
+    # Section 4 of the chapter, with its parameters: the hammering client gets exactly
+    # the limit and more refusals than look-ups; the paced one is never refused.
+    hammer = http_route.simulate()
+    assert (hammer.requests, hammer.admitted_count, hammer.refused_count) == (215, 100, 115)
+    polite = http_route.simulate(client=http_route.HONOURS_RETRY_AFTER)
+    assert (polite.admitted_count, polite.refused_count) == (90, 9)
+    assert polite.after_retry_after.sum() == 8  # the ninth wait outlasts the run
+    assert (polite.statuses[polite.after_retry_after] == 200).all()
+    paced = http_route.simulate(client=http_route.PACED)
+    assert (paced.admitted_count, paced.refused_count) == (100, 0)
+
+
+@pytest.mark.parametrize("client", http_route.CLIENTS)
+async def test_the_app_over_http_answers_as_the_model(client):
+    options = {"limit": 4, "duration_s": 3, "latency_ms": 30, "hammer_retry_ms": 40}
+    over_http = await http_route.run_over_http(client, **options)
+    model = http_route.simulate(client=client, **options)
+    assert over_http.times_ms.tolist() == model.times_ms.tolist()
+    assert over_http.statuses.tolist() == model.statuses.tolist()
+    assert over_http.after_retry_after.tolist() == model.after_retry_after.tolist()
+
+
+def test_summary_counts_and_rates():
+    runs = [http_route.simulate(client=name) for name in http_route.CLIENTS]
+    table = http_route.summary(runs, 10)
+    assert table.index.tolist() == http_route.CLIENTS and table.index.name == "client"
+    assert table.requests.tolist() == [215, 99, 100]
+    assert table.admitted.tolist() == [100, 90, 100]
+    assert table.refused.tolist() == [115, 9, 0]
+    assert table["admitted per second"].tolist() == [10.0, 9.0, 10.0]
+    assert table["refused per admitted"].round(2).tolist() == [1.15, 0.1, 0.0]
+
+
+def test_clients_figure_shows_the_runs():
+    runs = [http_route.simulate(client=name, duration_s=3) for name in http_route.CLIENTS]
+    fig = http_route.clients_figure(runs, duration_s=3)
+    try:
+        left, right = fig.axes
+        steps = [line.get_ydata() for line in left.lines[: len(runs)]]
+        assert [len(s) for s in steps] == [run.admitted_count for run in runs]
+        admitted, refused = right.containers
+        assert [b.get_height() for b in admitted] == [run.admitted_count for run in runs]
+        assert [b.get_height() for b in refused] == [run.refused_count for run in runs]
+        labels = [t.get_text() for t in right.get_xticklabels()]
+        assert labels == ["hammers", "honours\nRetry-After", "paced by\nRateLimit-Policy"]
+    finally:
+        plt.close(fig)
+
+
+# --- Redis down, and a real server ------------------------------------------------------
+
+
+async def test_outage_table_fails_open_or_closed_and_logs_each():
+    with logs.collected("ratelimit", logging.WARNING) as records:
+        table = await http_route.outage_table(KEY, ["allow", "deny"])
+    assert table.index.names == ["on_error", "route"]
+    assert table.loc["allow", "status"].tolist() == [200, 200]
+    assert table.loc["deny", "status"].tolist() == [503, 503]
+    assert table.loc["deny", "Retry-After"].tolist() == ["1", "1"]
+    assert (table.RateLimit == "(none)").all()
+    assert len([r for r in records if r.name == "ratelimit.http"]) == 4
+
+
+async def test_real_server_refuses_past_its_quota_and_is_stopped():
+    server = http_route.start_server()
+    try:
+        assert server.running
+        responses, docs = await http_route.look_ups_over_http(server.url, KEY)
+        pid = server.pid
+    finally:
+        stopped = http_route.stop_server(server)
+    statuses = [r.status_code for r in responses]
+    assert statuses[-2:] == [429, 429] and set(statuses[:-2]) == {200}
+    assert docs.status_code == 200
+    assert stopped == {"the uvicorn process is gone": True, "its port is free again": True}
+    assert not pid_alive(pid)
+
+
+# --- Explore ----------------------------------------------------------------------------
+
+
 def test_default_figure_is_labelled():
     fig = http_route.figure()
     try:
@@ -40,15 +273,19 @@ def test_default_figure_is_labelled():
         plt.close(fig)
 
 
-def test_defaults_tell_the_chapters_story():
-    # Section 4 of the chapter, with its parameters: the hammering client gets exactly
-    # the limit and more refusals than look-ups; the paced one is never refused.
-    hammer = http_route.simulate()
-    assert (hammer.requests, hammer.admitted_count, hammer.refused_count) == (215, 100, 115)
-    polite = http_route.simulate(client=http_route.HONOURS_RETRY_AFTER)
-    assert (polite.admitted_count, polite.refused_count) == (90, 9)
-    paced = http_route.simulate(client=http_route.PACED)
-    assert (paced.admitted_count, paced.refused_count) == (100, 0)
+def test_figure_shows_the_simulated_counts():
+    run = http_route.simulate()
+    fig = http_route.figure()
+    try:
+        left, right = fig.axes
+        admitted_line, refused_line = left.lines[:2]
+        assert admitted_line.get_ydata()[-1] == run.admitted_count
+        assert refused_line.get_ydata()[-1] == run.refused_count
+        ok, no = right.containers
+        assert sum(b.get_height() for b in ok) == run.admitted_count
+        assert sum(b.get_height() for b in no) == run.refused_count
+    finally:
+        plt.close(fig)
 
 
 @pytest.mark.parametrize(
@@ -64,11 +301,6 @@ def test_a_parameter_changes_the_plotted_data(change):
         plt.close(changed)
 
 
-def test_unknown_client_is_refused():
-    with pytest.raises(ValueError, match="client must be one of"):
-        http_route.simulate(client="patient")
-
-
 def test_sliders_redraw_the_figure(monkeypatch):
     calls = []
     draw = http_route.figure
@@ -78,7 +310,7 @@ def test_sliders_redraw_the_figure(monkeypatch):
         return draw(limit=limit, client=client, duration_s=duration_s)
 
     monkeypatch.setattr(plt, "show", lambda *a, **k: None)
-    widget = explorer(figure, limit=(1, 50), client=http_route.CLIENTS, duration_s=(2, 30))
+    widget = explorer(figure, **http_route.SLIDERS)
     assert calls == [(10, http_route.HAMMERS, 10)]  # drawn once, at the defaults
     assert [c.description for c in widget.children[:3]] == ["limit", "client", "duration_s"]
     widget.children[0].value = 25
@@ -89,9 +321,7 @@ def test_sliders_redraw_the_figure(monkeypatch):
 
 
 def test_explorer_starts_at_the_figures_own_defaults():
-    widget = explorer(
-        http_route.figure, limit=(1, 50), client=http_route.CLIENTS, duration_s=(2, 30)
-    )
+    widget = explorer(http_route.figure, **http_route.SLIDERS)
     values = [c.value for c in widget.children[:3]]
     assert values == [10, http_route.HAMMERS, 10]
     plt.close("all")

@@ -1,32 +1,253 @@
-"""Chapter 3's explore figure: fleet memory per algorithm from the stored table."""
+"""Chapter 3's module: measuring (or the stored table), the chapter's tables and figures
+from that table, the leak experiment, and the Explore figure."""
 
 from __future__ import annotations
 
+import fakeredis
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+import redis  # noqa: E402
 
+from ratelimit import algorithms  # noqa: E402
 from ratelimit.lab import memory  # noqa: E402
 from ratelimit.lab.chapters import memory_per_key  # noqa: E402
 from ratelimit.lab.plotting import explorer  # noqa: E402
+
+STORED = memory_per_key._CHECKOUT_TABLE
+
+
+@pytest.fixture(scope="module")
+def table() -> pd.DataFrame:
+    return memory.load_table(STORED)
 
 
 def bar_heights(fig):
     return [round(p.get_height()) for p in fig.axes[0].patches]
 
 
-def test_default_figure_is_labelled_and_shows_the_stored_fleet():
+# --- series and limits ------------------------------------------------------------------
+
+
+def test_series_follow_the_registry():
+    assert list(memory_per_key.SERIES) == [
+        ("log", "script"),
+        ("log", "classic"),
+        *[(name, "") for name in algorithms.NAMES if name != "log"],
+    ]
+    assert memory_per_key.SERIES["log", "script"] == "sliding log, our members"
+    assert memory_per_key.SERIES["log", "classic"] == "sliding log, classic members"
+    assert memory_per_key.SERIES["gcra", ""] == algorithms.get("gcra").label
+    assert memory_per_key.O1 == ["fw", "swc", "gcra"]
+
+
+def test_limits_to_measure_cover_the_sweep_the_threshold_and_the_extras():
+    limits = memory_per_key.limits_to_measure(128, max_limit=1_000, points_per_decade=1, extra=[7])
+    assert limits == sorted(set(limits))
+    assert {1, 10, 100, 1_000, 7, 64, 128, 129, 256} <= set(limits)
+    assert set(range(8, 257, 8)) <= set(limits)
+    assert max(limits) == 1_000
+    assert len(memory_per_key.limits_to_measure(128)) > len(limits)  # the chapter's sweep
+    with pytest.raises(ValueError):
+        memory_per_key.limits_to_measure(128, max_limit=0)
+
+
+def test_series_is_indexed_by_limit_and_refuses_unknown_series(table):
+    ours = memory_per_key.series(table, "log", "script")
+    assert ours.index.is_monotonic_increasing and ours.index.name == "limit"
+    assert (ours.algorithm == "log").all() and (ours.member_format == "script").all()
+    with pytest.raises(ValueError, match="no series"):
+        memory_per_key.series(table, "log")
+
+
+# --- measuring --------------------------------------------------------------------------
+
+
+def test_measure_falls_back_to_the_stored_table_and_never_writes_it():
+    before = STORED.stat().st_mtime_ns
+    result = memory_per_key.measure(fakeredis.FakeRedis(), STORED, save=True)
+    assert result.source == "stored" and result.saved_to is None
+    assert "fakeredis" in result.reason
+    assert result.table.equals(memory.load_table(STORED))
+    assert STORED.stat().st_mtime_ns == before
+    report = result.report("the embedded fakeredis").splitlines()
+    assert report[0].startswith("Cannot measure here: memory is not measurable")
+    assert report[1] == f"Showing the stored table, measured on Redis {result.version}."
+    assert report[2] == f"zset-max-listpack-entries: {result.threshold}"
+
+
+def test_measure_on_a_real_redis_saves_only_when_asked(real_redis_url, tmp_path, monkeypatch):
+    client = redis.Redis.from_url(real_redis_url, socket_timeout=10)
+    path = tmp_path / "memory.csv"
+    small = {"max_limit": 10, "points_per_decade": 1, "extra_limits": []}
+    try:
+        monkeypatch.setenv("RATELIMIT_SAVE_MEASUREMENTS", "0")
+        unsaved = memory_per_key.measure(client, path, **small)
+        assert unsaved.source == "measured" and unsaved.saved_to is None and not path.exists()
+        saved = memory_per_key.measure(client, path, save=True, **small)
+    finally:
+        client.close()
+    assert saved.saved_to == path and memory.load_table(path).equals(saved.table)
+    expected = memory_per_key.limits_to_measure(
+        saved.threshold, max_limit=10, points_per_decade=1, extra=[]
+    )
+    assert sorted(set(saved.table.limit)) == expected
+    assert len(saved.table) == len(expected) * len(memory_per_key.SERIES)
+    report = saved.report("a test Redis").splitlines()
+    assert report[0] == f"Measured {len(saved.table)} keys on a test Redis (Redis {saved.version})."
+    assert report[1] == f"Saved to {path}."
+
+
+# --- tables -----------------------------------------------------------------------------
+
+
+def test_headline_table_adds_the_threshold_and_one_above(table):
+    summary = memory_per_key.headline_table(table, [10, 1_000])
+    assert summary.index.tolist() == [10, 128, 129, 1_000] and summary.index.name == "limit"
+    ours = memory_per_key.series(table, "log", "script")
+    assert (
+        summary["ours: bytes per key"].tolist()
+        == ours.bytes_per_key[[10, 128, 129, 1_000]].tolist()
+    )
+    assert summary.encoding.tolist() == ["listpack", "listpack", "skiplist", "skiplist"]
+
+
+def test_encodings_table_changes_at_the_threshold(table):
+    encodings = memory_per_key.encodings_table(table)
+    assert encodings.index.tolist() == [
+        "half the threshold",
+        "at the threshold",
+        "one above",
+        "twice the threshold",
+    ]
+    assert encodings.ours.tolist() == ["listpack", "listpack", "skiplist", "skiplist"]
+    assert encodings.classic.tolist() == encodings.ours.tolist()
+
+
+def test_o1_table_has_one_row_per_o1_algorithm(table):
+    o1 = memory_per_key.o1_table(table, [1, 1_000])
+    assert o1.index.tolist() == [algorithms.get(a).label for a in memory_per_key.O1]
+    assert o1.columns.tolist() == ["encoding", "bytes at limit 1", "bytes at limit 1,000"]
+    gcra = memory_per_key.series(table, "gcra")
+    assert o1.loc["GCRA (token bucket)", "bytes at limit 1,000"] == gcra.bytes_per_key[1_000]
+
+
+def test_fleet_table_formats_every_series_and_fleet(table):
+    fleet = memory.fleet_memory(table, [10**3, 10**6], [10, 1_000])
+    wide = memory_per_key.fleet_table(fleet)
+    assert wide.columns.tolist() == ["1,000 keys", "1,000,000 keys"]
+    assert wide.index.names == ["series", "limit"]
+    assert list(dict.fromkeys(wide.index.get_level_values(0))) == list(
+        memory_per_key.SERIES.values()
+    )
+    gcra = fleet[(fleet.algorithm == "gcra") & (fleet.limit == 10) & (fleet.active_keys == 10**6)]
+    expected = memory.format_bytes(int(gcra.total_bytes.iloc[0]))
+    assert wide.loc[("GCRA (token bucket)", 10), "1,000,000 keys"] == expected
+
+
+# --- figures ----------------------------------------------------------------------------
+
+
+def test_key_size_figure_plots_every_series(table):
+    fig = memory_per_key.key_size_figure(table)
+    try:
+        (ax,) = fig.axes
+        lines = ax.get_lines()[: len(memory_per_key.SERIES)]
+        for line, (algorithm, member_format) in zip(lines, memory_per_key.SERIES, strict=True):
+            rows = memory_per_key.series(table, algorithm, member_format)
+            assert np.array_equal(line.get_ydata(), rows.bytes_per_key)
+        assert ax.get_xscale() == ax.get_yscale() == "log"
+        assert "7.0.15" in ax.get_title() and ax.get_ylabel()
+    finally:
+        plt.close(fig)
+
+
+def test_threshold_figure_stops_at_twice_the_threshold(table):
+    fig = memory_per_key.threshold_figure(table)
+    try:
+        (ax,) = fig.axes
+        ours, classic = ax.get_lines()[:2]
+        assert max(ours.get_xdata()) == 256 and max(classic.get_xdata()) == 256
+        expected = memory_per_key.series(table, "log", "script").bytes_per_entry.loc[:256]
+        assert np.allclose(ours.get_ydata(), expected)
+    finally:
+        plt.close(fig)
+
+
+def test_member_format_figure_shows_bytes_per_member(table):
+    fig = memory_per_key.member_format_figure(table, [10, 129])
+    try:
+        (ax,) = fig.axes
+        ours, classic = ax.containers
+        expected = memory_per_key.series(table, "log", "classic").bytes_per_entry[[10, 129]]
+        assert np.allclose([b.get_height() for b in classic], expected)
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "129"]
+        assert len(ours) == 2
+    finally:
+        plt.close(fig)
+
+
+# --- the leak ---------------------------------------------------------------------------
+
+
+def test_leak_counts_both_recipes_and_deletes_its_keys():
+    client = fakeredis.FakeRedis()
+    # A long window and no wait: one sample, taken before anything can expire.
+    result = memory_per_key.leak(client, 20, window_ms=60_000, wait_s=0)
+    assert result.samples.columns.tolist() == ["ms", "classic", "ours"]
+    assert len(result.samples) == 1
+    assert result.samples[["classic", "ours"]].iloc[0].tolist() == [20, 20]
+    table = result.table
+    assert table.index.tolist() == ["classic, EXPIRE forgotten", "ours"]
+    assert table["keys written"].tolist() == [20, 20]
+    assert table["keys left after 0 s"].tolist() == [20, 20]
+    assert table.TTL.tolist() == ["none", "60000 ms after each request"]
+    assert result.cleaned_up and client.dbsize() == 0
+
+
+def test_leak_refuses_bad_arguments():
+    with pytest.raises(ValueError):
+        memory_per_key.leak(fakeredis.FakeRedis(), 0)
+    with pytest.raises(ValueError):
+        memory_per_key.leak(fakeredis.FakeRedis(), 5, wait_s=-1)
+
+
+def test_leak_figure_shows_the_samples():
+    samples = pd.DataFrame({"ms": [0.0, 100.0, 250.0], "classic": [5, 5, 5], "ours": [5, 5, 0]})
+    fig = memory_per_key.leak_figure(samples, clients=5, window_ms=200)
+    try:
+        (ax,) = fig.axes
+        classic, ours = ax.get_lines()[:2]
+        assert list(classic.get_ydata()) == [5, 5, 5] and list(ours.get_ydata()) == [5, 5, 0]
+        assert "5 one-shot clients" in ax.get_title()
+    finally:
+        plt.close(fig)
+
+
+# --- Explore ----------------------------------------------------------------------------
+
+
+def test_default_figure_is_labelled_and_shows_the_stored_fleet(table):
     fig = memory_per_key.figure()
     try:
         (ax,) = fig.axes
         assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
         assert "bytes" in ax.get_ylabel()
         assert ax.get_legend() is not None
-        table = memory.load_table(memory_per_key._CHECKOUT_TABLE)
         fleet = memory.fleet_memory(table, [10**7], [1_000])
         assert bar_heights(fig) == fleet.total_bytes.tolist()  # SERIES follows table order
+        labels = [t.get_text() for t in ax.get_xticklabels()]
+        assert labels == [
+            "sliding log,\nour members",
+            "sliding log,\nclassic members",
+            "fixed window",
+            "sliding-window\ncounter",
+            "GCRA\n(token bucket)",
+        ]
     finally:
         plt.close(fig)
 
@@ -47,8 +268,7 @@ def test_parameters_change_the_bars():
             plt.close(fig)
 
 
-def test_table_argument_and_unknown_limit():
-    table = memory.load_table(memory_per_key._CHECKOUT_TABLE)
+def test_table_argument_and_unknown_limit(table):
     fig = memory_per_key.figure(table=table.assign(bytes_per_key=table.bytes_per_key * 2))
     default = memory_per_key.figure()
     try:

@@ -154,3 +154,12 @@ async def test_transaction_agrees_with_our_log_until_a_rejection_eats_budget(pre
     clock.advance(5.001)
     assert await burst(6) == (6, 2)
     await client.aclose()
+
+
+async def test_a_forgotten_expire_leaves_the_key_forever(client, prefix, clock):
+    forgetful = ClassicSlidingLog(client, 1, LIMIT, prefix=prefix, clock=clock, expire=False)
+    careful = ClassicSlidingLog(client, 1, LIMIT, prefix=f"{prefix}:c", clock=clock)
+    assert await forgetful.check("k") and await forgetful.check_transaction("k")
+    assert await careful.check("k") and await careful.check_transaction("k")
+    assert await client.pttl(forgetful.key_for("k")) == -1  # no TTL: it never expires
+    assert 0 < await client.pttl(careful.key_for("k")) <= 1_000

@@ -1,34 +1,93 @@
-"""Chapter 6 (the HTTP route), explored: one client's admitted and refused look-ups.
+"""Chapter 6 (the HTTP route): the demo API's answers, its clients and its outages.
 
-Section 4 of the chapter runs three clients against the demo app in this process, on
-a virtual clock: one that retries 50 ms after every 429 ("hammers"), one that waits
-as long as `Retry-After` says, one that paces itself by `RateLimit-Policy`. Each
-client's next request depends on the previous answer, so this is a closed loop, not
-a trace that `ratelimit.lab.replay` could play back. `simulate` runs the same loop against
-the in-memory reference model of the sliding log (`ratelimit.lab.reference`), which the
-property tests hold to the Lua script's decisions, and reads the header fields the
-route would send from the route's own code (`ratelimit.http.RateLimit.headers_for`,
-so `Retry-After` is rounded up exactly as over HTTP). No Redis, no app, no event
-loop: a 30 s run takes milliseconds, and the notebook checks that its counts equal
-those of the app.
+Sections 1 to 5 call the demo API (`ratelimit.demo`) in this process through httpx's
+ASGI transport (no sockets), on a fresh embedded Redis whatever `REDIS_URL` says, so
+every number is reproducible; section 6 runs it under uvicorn (`DemoServer`).
+
+Section 4's clients are closed loops: each next request depends on the previous
+answer, so they are not a trace that `ratelimit.lab.replay` could play back.
+`ClientLoop` is that loop, written once: one that retries 50 ms after every 429
+("hammers"), one that waits as long as `Retry-After` says, one that paces itself by
+`RateLimit-Policy`. `run_over_http` drives it against the demo app on a virtual clock;
+`simulate` drives it against the in-memory reference model of the sliding log
+(`ratelimit.lab.reference`, held to the Lua script's decisions by the property tests),
+with the status and header fields the route's own code would send
+(`ratelimit.http.status_for`, `RateLimit.headers_for`). No Redis, no app, no event
+loop: a 30 s run takes milliseconds, and the chapter checks that its counts equal the
+app's.
+
+    from ratelimit.lab.chapters import http_route
+    from ratelimit.lab.plotting import explorer
+    http_route.simulate(client=http_route.PACED)        # one client's run, as a ClientRun
+    http_route.figure()                                  # the Explore section's default
+    explorer(http_route.figure, **http_route.SLIDERS)    # sliders, in JupyterLab
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import httpx
 import numpy as np
+import pandas as pd
 
+from ratelimit import algorithms, connect
 from ratelimit.clock import ManualClock
-from ratelimit.http import rate_limit
-
-from ..reference import SlidingWindowLimiter
+from ratelimit.costs import GEOFENCE_MAX_COST, geofence_cost
+from ratelimit.devtools.demo_server import DemoServer
+from ratelimit.devtools.process import free_port, pid_alive, port_is_free
+from ratelimit.http import rate_limit, status_for
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
     from matplotlib.figure import Figure
 
-__all__ = ["CLIENTS", "ClientRun", "figure", "simulate"]
+__all__ = [
+    "CLIENTS",
+    "HEADER_MEANINGS",
+    "SLIDERS",
+    "ClientLoop",
+    "ClientRun",
+    "as_sent",
+    "clients_figure",
+    "cost_sequence",
+    "cost_table",
+    "demo_app",
+    "figure",
+    "headers_table",
+    "in_process",
+    "key_state",
+    "look_ups",
+    "look_ups_over_http",
+    "outage_table",
+    "parse_item",
+    "run_over_http",
+    "sequence_figure",
+    "simulate",
+    "start_server",
+    "stop_server",
+    "summary",
+    "units_in_window",
+    "verification_table",
+    "within",
+]
+
+# The chapter's parameters (notebooks/06_http_route.ipynb, its "parameters" cell).
+LIMIT = 10  # /within budget: cost units per window, per client
+WINDOW_S = 1  # window width, seconds
+TILES_LIMIT = 100  # /tiles budget per window
+DURATION_S = 10  # virtual seconds each client of section 4 runs
+LATENCY_MS = 20  # virtual round trip of one request, ms
+HAMMER_RETRY_MS = 50  # the impatient client retries this soon after a 429
+
+CENTER = {"lng": 13.405, "lat": 52.52}  # the middle of the demo's seeded point set
+RADIUS_M = 500  # the look-up of sections 1, 4, 5 and 6: 500 m costs 1 unit
+SCOPE = "geofence"  # the /within route's policy name in the headers
+PEER = "203.0.113.7"  # the in-process client's address (a documentation range)
+COST_TABLE_RADII_M = [100, 500, 501, 750, 1000, 1250, 1500, 1600, 5000]
 
 HAMMERS = "hammers"
 HONOURS_RETRY_AFTER = "honours Retry-After"
@@ -36,21 +95,238 @@ PACED = "paced by RateLimit-Policy"
 CLIENTS = [HAMMERS, HONOURS_RETRY_AFTER, PACED]
 """The client behaviours of the chapter's section 4, as the drop-down offers them."""
 
-SCOPE = "geofence"
+# The Explore section's controls (ipywidgets abbreviations; a list is a drop-down).
+SLIDERS: dict[str, Any] = {"limit": (1, 50), "client": CLIENTS, "duration_s": (2, 30)}
+
+_CLIENT_COLORS = dict(zip(CLIENTS, ["tab:red", "tab:blue", "tab:green"], strict=True))
 _TITLES = {
     HAMMERS: "A client that retries {retry} ms after each 429",
     HONOURS_RETRY_AFTER: "A client that honours Retry-After",
     PACED: "A client paced by RateLimit-Policy",
 }
 
+HEADER_MEANINGS = {
+    "RateLimit-Policy": "the rule: q units per window of w seconds, for the policy 'geofence'",
+    "RateLimit": "where the client stands: r units left, t seconds of effective window",
+    "RateLimit-Limit": "older drafts: the quota (q)",
+    "RateLimit-Remaining": "older drafts: units left (r)",
+    "RateLimit-Reset": "older drafts: seconds of effective window (t)",
+    "Retry-After": "429 only: whole seconds, rounded up, until this request would be admitted",
+    "Content-Type": "the body: the look-up's JSON, or an RFC 9457 problem document",
+}
+"""Section 2's header fields, in the order the table shows them, with what each says."""
+
+
+# --- the app in this process ----------------------------------------------------------------
+
+
+def demo_app(
+    redis: Any = None,
+    *,
+    limit: int = LIMIT,
+    window_s: int = WINDOW_S,
+    tiles_limit: int = TILES_LIMIT,
+    **options: Any,
+) -> FastAPI:
+    """The demo API with the chapter's budgets, on a fresh embedded Redis unless `redis`
+    is given (whatever REDIS_URL says); other options go to `ratelimit.demo.create_app`."""
+    from ratelimit.demo import create_app
+
+    redis = connect(embedded=True) if redis is None else redis
+    return create_app(
+        redis, window_s=window_s, within_limit=limit, tiles_limit=tiles_limit, **options
+    )
+
+
+def in_process(app: Any, peer: str = PEER) -> httpx.AsyncClient:
+    """An httpx client calling `app` in this process (no sockets), as client `peer`."""
+    transport = httpx.ASGITransport(app=app, client=(peer, 50000))
+    return httpx.AsyncClient(transport=transport, base_url="http://demo")
+
+
+def within(radius_m: float) -> dict[str, float]:
+    """The query of a /within look-up of `radius_m` metres around the point set's centre."""
+    return {**CENTER, "radius": radius_m}
+
+
+def parse_item(value: str) -> dict[str, Any]:
+    """A Structured Field item: '"geofence";r=9;t=1' -> {"name": "geofence", "r": 9, "t": 1}."""
+    name, *params = value.split(";")
+    return {"name": name.strip('"'), **{k: int(v) for k, v in (p.split("=") for p in params)}}
+
+
+async def look_ups(
+    app: Any, api_key: str, count: int, radius_m: float = RADIUS_M
+) -> list[httpx.Response]:
+    """`count` /within look-ups in a row with one API key, in this process."""
+    async with in_process(app) as client:
+        headers = {"x-api-key": api_key}
+        return [
+            await client.get("/within", params=within(radius_m), headers=headers)
+            for _ in range(count)
+        ]
+
+
+def verification_table(responses: Sequence[httpx.Response]) -> pd.DataFrame:
+    """Status, `RateLimit` and `Retry-After` of each response, numbered from 1."""
+    rows = [
+        {
+            "status": r.status_code,
+            "RateLimit": r.headers["RateLimit"],
+            "Retry-After": r.headers.get("Retry-After", ""),
+        }
+        for r in responses
+    ]
+    return pd.DataFrame(rows, index=pd.RangeIndex(1, len(rows) + 1, name="request"))
+
+
+async def key_state(app: Any, api_key: str) -> tuple[str, int, int]:
+    """The /within limiter's Redis key for `api_key`, its members (ZCARD) and PTTL (ms)."""
+    key = app.state.limits[SCOPE].key_for(api_key)
+    redis = app.state.redis
+    return key, int(await redis.zcard(key)), int(await redis.pttl(key))
+
+
+def headers_table(responses: Mapping[str, httpx.Response]) -> pd.DataFrame:
+    """The fields of `HEADER_MEANINGS` in each response (one column per name), and
+    what each field means; a field a response lacks is empty."""
+    columns = {
+        name: [r.headers.get(field, "") for field in HEADER_MEANINGS]
+        for name, r in responses.items()
+    }
+    return pd.DataFrame(
+        {**columns, "meaning": list(HEADER_MEANINGS.values())},
+        index=pd.Index(list(HEADER_MEANINGS), name="field"),
+    )
+
+
+# --- cost-weighted look-ups -------------------------------------------------------------
+
+
+def _max_cost(limit: int) -> int:
+    # The demo caps a look-up's cost at the limit, so that every look-up can pass.
+    return min(GEOFENCE_MAX_COST, limit)
+
+
+def cost_table(
+    radii_m: Sequence[float] = COST_TABLE_RADII_M, *, limit: int = LIMIT, window_s: int = WINDOW_S
+) -> pd.DataFrame:
+    """Each radius's cost (`ratelimit.costs.geofence_cost`, capped as the demo caps it)
+    and how many such look-ups fit in one window."""
+    costs = [geofence_cost(r, max_cost=_max_cost(limit)) for r in radii_m]
+    table = pd.DataFrame({"radius (m)": list(radii_m), "cost (units)": costs})
+    table = table.set_index("radius (m)")
+    table[f"look-ups per {window_s} s"] = limit // table["cost (units)"]
+    return table
+
+
+async def cost_sequence(
+    radii_m: Sequence[float],
+    step_ms: int,
+    *,
+    limit: int = LIMIT,
+    window_s: int = WINDOW_S,
+    tiles_limit: int = TILES_LIMIT,
+    api_key: str = "geofence-client",
+) -> pd.DataFrame:
+    """One client's look-ups of `radii_m`, one every `step_ms` of virtual time, on a
+    fresh app: each one's time, cost, status, units left (`RateLimit`'s r) and
+    Retry-After."""
+    clock = ManualClock()
+    app = demo_app(clock=clock, limit=limit, window_s=window_s, tiles_limit=tiles_limit)
+    rows = []
+    async with in_process(app) as client:
+        for i, radius in enumerate(radii_m):
+            clock.set_ms(i * step_ms)
+            headers = {"x-api-key": api_key}
+            r = await client.get("/within", params=within(radius), headers=headers)
+            rows.append(
+                {
+                    "time (ms)": i * step_ms,
+                    "radius (m)": radius,
+                    "cost": geofence_cost(radius, max_cost=_max_cost(limit)),
+                    "status": r.status_code,
+                    "r (units left)": parse_item(r.headers["RateLimit"])["r"],
+                    "Retry-After": r.headers.get("Retry-After", ""),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def units_in_window(sequence: pd.DataFrame, window_ms: int) -> list[int]:
+    """After each request of `sequence`, the units admitted in (t - window, t]: what the
+    client's sorted set holds at t."""
+    admitted = sequence[sequence.status == 200]
+    ms = admitted["time (ms)"]
+    return [
+        int(admitted.loc[(ms > t - window_ms) & (ms <= t), "cost"].sum())
+        for t in sequence["time (ms)"]
+    ]
+
+
+def sequence_figure(
+    sequence: pd.DataFrame, *, limit: int = LIMIT, window_s: int = WINDOW_S, step_ms: int = 125
+) -> Figure:
+    """Section 3's look-ups as bars of their cost (admitted filled, refused hatched),
+    with the units in the window after each request against the limit."""
+    import matplotlib.pyplot as plt
+
+    admitted = sequence[sequence.status == 200]
+    refused = sequence[sequence.status == 429]
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    width = step_ms * 0.6
+    ax.bar(
+        admitted["time (ms)"],
+        admitted["cost"],
+        width,
+        color="tab:blue",
+        label="cost, admitted (200)",
+    )
+    ax.bar(
+        refused["time (ms)"],
+        refused["cost"],
+        width,
+        color="none",
+        edgecolor="tab:red",
+        hatch="//",
+        label="cost, refused (429)",
+    )
+    in_window = units_in_window(sequence, window_s * 1000)
+    ax.step(
+        sequence["time (ms)"],
+        in_window,
+        where="post",
+        color="black",
+        linewidth=1.5,
+        label="units in the window after the request",
+    )
+    ax.axhline(limit, color="black", linestyle=":", linewidth=1, label=f"limit ({limit} units)")
+    ax.set_xlabel("virtual time (ms)")
+    ax.set_ylabel("units")
+    ax.set_ylim(0, limit + 4)
+    ax.set_title(f"Cost-weighted geofence look-ups, {limit} units per {window_s} s")
+    ax.legend(loc="upper right", fontsize=8, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+# --- clients that listen, or not ----------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ClientRun:
-    """One client's requests: send times (virtual ms) and whether each got a 200."""
+    """One client's requests: send times (virtual ms), statuses, and whether each one
+    came right after a wait that `Retry-After` asked for."""
 
     client: str
     times_ms: np.ndarray
-    admitted: np.ndarray  # bool, one per request
+    statuses: np.ndarray
+    after_retry_after: np.ndarray  # bool, one per request
+
+    @property
+    def admitted(self) -> np.ndarray:
+        """Whether each request got a 200."""
+        return self.statuses == 200
 
     @property
     def requests(self) -> int:
@@ -62,66 +338,297 @@ class ClientRun:
 
     @property
     def refused_count(self) -> int:
-        return self.requests - self.admitted_count
+        return int((self.statuses == 429).sum())
 
 
-def _parse_item(value: str) -> dict[str, int]:
-    """The parameters of a Structured Field item: '"geofence";q=10;w=1' -> {q: 10, w: 1}."""
-    _, *params = value.split(";")
-    return {k: int(v) for k, v in (p.split("=") for p in params)}
+class ClientLoop:
+    """One client of section 4, as a closed loop: iterating yields the virtual ms at
+    which it sends each request; `answer(status, headers)` tells it what came back,
+    and its behaviour decides when it sends the next. `run()` is the record.
+
+        loop = ClientLoop(HAMMERS)
+        for now_ms in loop:
+            loop.answer(*send_at(now_ms))     # over HTTP, or to a model
+        loop.run()
+    """
+
+    def __init__(
+        self,
+        client: str,
+        *,
+        duration_s: float = DURATION_S,
+        latency_ms: int = LATENCY_MS,
+        hammer_retry_ms: int = HAMMER_RETRY_MS,
+    ) -> None:
+        if client not in CLIENTS:
+            raise ValueError(f"client must be one of {CLIENTS}, got {client!r}")
+        self.client = client
+        self.end_ms = duration_s * 1000
+        self.latency_ms = latency_ms
+        self.hammer_retry_ms = hammer_retry_ms
+        self._answer: tuple[int, Mapping[str, str]] | None = None
+        self._rows: list[tuple[int, int, bool]] = []
+
+    def answer(self, status: int, headers: Mapping[str, str]) -> None:
+        """What the request just sent got back."""
+        self._answer = (status, headers)
+
+    def __iter__(self) -> Iterator[int]:
+        now_ms, waited = 0, False
+        while now_ms < self.end_ms:
+            self._answer = None
+            yield now_ms
+            if self._answer is None:
+                raise RuntimeError(f"no answer() for the request sent at {now_ms} ms")
+            status, headers = self._answer
+            self._rows.append((now_ms, status, waited))
+            gap_ms, waited = self._next_gap(status, headers)
+            now_ms += gap_ms
+
+    def _next_gap(self, status: int, headers: Mapping[str, str]) -> tuple[int, bool]:
+        """Virtual ms until the next request, and whether that is a Retry-After wait."""
+        if self.client == PACED:
+            policy = parse_item(headers["RateLimit-Policy"])
+            return max(self.latency_ms, -(-policy["w"] * 1000 // policy["q"])), False  # ceil
+        if status == 429 and self.client == HONOURS_RETRY_AFTER:
+            return self.latency_ms + int(headers["Retry-After"]) * 1000, True
+        if status == 429:
+            return self.latency_ms + self.hammer_retry_ms, False
+        return self.latency_ms, False
+
+    def run(self) -> ClientRun:
+        """The requests sent so far."""
+        times, statuses, waited = zip(*self._rows, strict=True) if self._rows else ((), (), ())
+        return ClientRun(
+            self.client,
+            np.array(times, dtype=np.int64),
+            np.array(statuses, dtype=np.int64),
+            np.array(waited, dtype=bool),
+        )
+
+
+async def run_over_http(
+    client: str = HAMMERS,
+    *,
+    limit: int = LIMIT,
+    window_s: int = WINDOW_S,
+    duration_s: float = DURATION_S,
+    latency_ms: int = LATENCY_MS,
+    hammer_retry_ms: int = HAMMER_RETRY_MS,
+) -> ClientRun:
+    """One client of section 4 against a fresh demo app in this process, whose limiter
+    reads a virtual clock that the loop moves: every request a 500 m look-up (cost 1)."""
+    loop = ClientLoop(
+        client, duration_s=duration_s, latency_ms=latency_ms, hammer_retry_ms=hammer_retry_ms
+    )
+    clock = ManualClock()
+    app = demo_app(clock=clock, limit=limit, window_s=window_s)
+    async with in_process(app) as http:
+        headers = {"x-api-key": client}
+        for now_ms in loop:
+            clock.set_ms(now_ms)
+            r = await http.get("/within", params=within(RADIUS_M), headers=headers)
+            loop.answer(r.status_code, r.headers)
+    return loop.run()
 
 
 def simulate(
     *,
-    limit: int = 10,
+    limit: int = LIMIT,
     client: str = HAMMERS,
-    duration_s: int = 10,
-    window_s: int = 1,
-    latency_ms: int = 20,
-    hammer_retry_ms: int = 50,
+    duration_s: float = DURATION_S,
+    window_s: int = WINDOW_S,
+    latency_ms: int = LATENCY_MS,
+    hammer_retry_ms: int = HAMMER_RETRY_MS,
 ) -> ClientRun:
-    """Run one client of section 4 for `duration_s` virtual seconds; see the module doc.
+    """The same client as `run_over_http`, against the sliding log's reference model.
 
     Every request is a 500 m look-up (cost 1) against `limit` units per `window_s`
     seconds; each takes `latency_ms` of round trip. After a 429 the hammering client
     retries `hammer_retry_ms` later, the polite one waits `Retry-After` seconds; the
     paced one sends every `w / q` seconds of the `RateLimit-Policy` it was sent.
     """
-    if client not in CLIENTS:
-        raise ValueError(f"client must be one of {CLIENTS}, got {client!r}")
+    loop = ClientLoop(
+        client, duration_s=duration_s, latency_ms=latency_ms, hammer_retry_ms=hammer_retry_ms
+    )
     clock = ManualClock()
-    limiter = SlidingWindowLimiter(window_s, limit, clock=clock)
+    model = algorithms.SLIDING_LOG.limiter_class("reference")
+    limiter = model(window_s, limit, clock=clock)
     route = rate_limit(limiter, scope=SCOPE)  # the route's header fields, from its own code
-    now_ms, end_ms = 0, duration_s * 1000
-    times: list[int] = []
-    admitted: list[bool] = []
-    while now_ms < end_ms:
+    for now_ms in loop:
         clock.set_ms(now_ms)
         decision = limiter.check(client)
-        headers = route.headers_for(decision)
-        times.append(now_ms)
-        admitted.append(decision.allowed)
-        if client == PACED:
-            policy = _parse_item(headers["RateLimit-Policy"])
-            gap_ms = max(latency_ms, -(-policy["w"] * 1000 // policy["q"]))  # rounded up
-        elif not decision.allowed and client == HONOURS_RETRY_AFTER:
-            gap_ms = latency_ms + int(headers["Retry-After"]) * 1000
-        elif not decision.allowed:
-            gap_ms = latency_ms + hammer_retry_ms
-        else:
-            gap_ms = latency_ms
-        now_ms += gap_ms
-    return ClientRun(client, np.array(times, dtype=np.int64), np.array(admitted, dtype=bool))
+        loop.answer(status_for(decision), route.headers_for(decision))
+    return loop.run()
+
+
+def summary(runs: Sequence[ClientRun], duration_s: float = DURATION_S) -> pd.DataFrame:
+    """Requests, admitted and refused per client, and the rates that compare them."""
+    table = pd.DataFrame(
+        {
+            "requests": [run.requests for run in runs],
+            "admitted": [run.admitted_count for run in runs],
+            "refused": [run.refused_count for run in runs],
+        },
+        index=pd.Index([run.client for run in runs], name="client"),
+    )
+    table["admitted per second"] = table["admitted"] / duration_s
+    table["refused per admitted"] = table["refused"] / table["admitted"]
+    return table
+
+
+def clients_figure(
+    runs: Sequence[ClientRun],
+    *,
+    limit: int = LIMIT,
+    window_s: int = WINDOW_S,
+    duration_s: float = DURATION_S,
+) -> Figure:
+    """Section 4's clients side by side: admitted look-ups over time against the
+    limit's line (left), and requests sent, admitted and refused (right)."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
+    for run in runs:
+        ok = run.times_ms[run.admitted] / 1000
+        left.step(
+            ok,
+            np.arange(1, len(ok) + 1),
+            where="post",
+            color=_CLIENT_COLORS[run.client],
+            label=run.client,
+        )
+    left.plot(
+        [0, duration_s],
+        [0, limit * duration_s / window_s],
+        color="0.75",
+        linewidth=4,
+        zorder=0,
+        label=f"the limit ({limit} per {window_s} s)",
+    )
+    left.set_xlabel("virtual time (s)")
+    left.set_ylabel("look-ups admitted (cumulative)")
+    left.set_title("Admitted look-ups over time")
+    left.legend(fontsize=8, loc="upper left")
+    x = np.arange(len(runs))
+    admitted = [run.admitted_count for run in runs]
+    right.bar(x, admitted, color="tab:blue", label="admitted (200)")
+    right.bar(
+        x,
+        [run.refused_count for run in runs],
+        bottom=admitted,
+        color="tab:red",
+        label="refused (429)",
+    )
+    right.set_xticks(x, ["\n".join(run.client.rsplit(" ", 1)) for run in runs], fontsize=8)
+    right.set_ylabel("requests sent")
+    right.set_title(f"Requests sent in {duration_s} s")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# --- Redis down ---------------------------------------------------------------------------
+
+
+async def outage_table(
+    api_key: str,
+    policies: Sequence[str] = ("allow", "deny", "raise"),
+    *,
+    limit: int = LIMIT,
+    window_s: int = WINDOW_S,
+    tiles_limit: int = TILES_LIMIT,
+) -> pd.DataFrame:
+    """One look-up and one tile per failure policy (`on_error` on both routes), each
+    app talking to a loopback port where nothing listens: status and header fields.
+    The limiter logs a warning per degraded request; collect them around this call."""
+    rows = []
+    for on_error in policies:
+        broken = connect(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+        app = demo_app(
+            broken,
+            limit=limit,
+            window_s=window_s,
+            tiles_limit=tiles_limit,
+            within_on_error=on_error,
+            tiles_on_error=on_error,
+        )
+        async with in_process(app) as client:
+            for route, params in [("/within", within(RADIUS_M)), ("/tiles/12/2200/1343.png", None)]:
+                r = await client.get(route, params=params, headers={"x-api-key": api_key})
+                rows.append(
+                    {
+                        "on_error": on_error,
+                        "route": route.split("/")[1],
+                        "status": r.status_code,
+                        "X-RateLimit-Degraded": r.headers.get("X-RateLimit-Degraded", ""),
+                        "Retry-After": r.headers.get("Retry-After", ""),
+                        "RateLimit": r.headers.get("RateLimit", "(none)"),
+                    }
+                )
+        await broken.aclose()
+    return pd.DataFrame(rows).set_index(["on_error", "route"])
+
+
+# --- a real server ------------------------------------------------------------------------
+
+
+def start_server() -> DemoServer:
+    """`uvicorn ratelimit.demo:app` on a free loopback port, on the embedded Redis
+    (REDIS_URL removed from its environment), once it answers; `stop_server` stops it."""
+    return DemoServer().start()
+
+
+def stop_server(server: DemoServer) -> dict[str, bool]:
+    """Stop `server` by its PID (SIGTERM, SIGKILL if it lingers; its log is removed) and
+    say whether the process is gone and its port free again."""
+    pid, port = server.pid, server.port
+    server.close()
+    return {
+        "the uvicorn process is gone": pid is not None and not pid_alive(pid),
+        "its port is free again": port is not None and port_is_free(port),
+    }
+
+
+async def look_ups_over_http(
+    url: str, api_key: str, radius_m: float = RADIUS_M
+) -> tuple[list[httpx.Response], httpx.Response]:
+    """Look-ups against the server at `url` until one past its quota (read from its
+    first `RateLimit-Policy`: the server runs the demo's defaults), and its /docs."""
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+
+        async def look_up() -> httpx.Response:
+            return await client.get(
+                "/within", params=within(radius_m), headers={"x-api-key": api_key}
+            )
+
+        first = await look_up()
+        quota = parse_item(first.headers["RateLimit-Policy"])["q"]
+        responses = [first] + [await look_up() for _ in range(quota + 1)]
+        return responses, await client.get("/docs")
+
+
+def as_sent(response: httpx.Response) -> str:
+    """The response as it came over the wire: status line, header fields (less date,
+    server and content-length, which vary from run to run) and its JSON body, indented."""
+    lines = [f"HTTP/1.1 {response.status_code} {response.reason_phrase}"]
+    for name, value in response.headers.raw:
+        if name.decode().lower() not in ("date", "server", "content-length"):
+            lines.append(f"{name.decode()}: {value.decode()}")
+    return "\n".join([*lines, "", json.dumps(response.json(), indent=2)])
+
+
+# --- Explore ------------------------------------------------------------------------------
 
 
 def figure(
     *,
-    limit: int = 10,
+    limit: int = LIMIT,
     client: str = HAMMERS,
-    duration_s: int = 10,
-    window_s: int = 1,
-    latency_ms: int = 20,
-    hammer_retry_ms: int = 50,
+    duration_s: int = DURATION_S,
+    window_s: int = WINDOW_S,
+    latency_ms: int = LATENCY_MS,
+    hammer_retry_ms: int = HAMMER_RETRY_MS,
 ) -> Figure:
     """One client's admitted (200) and refused (429) look-ups over virtual time.
 

@@ -1,4 +1,12 @@
-"""Chapter 3's explore figure: what a fleet of API keys costs in Redis, per algorithm.
+"""Chapter 3 (memory per key): what each algorithm's key costs in Redis, and the leak
+when no TTL is set.
+
+The chapter measures one full key per algorithm and limit on a real Redis
+(`ratelimit.lab.memory`), or shows the table it stored the last time it did
+(`notebooks/data/memory_per_key.csv`); the functions here turn that table into the
+chapter's tables and figures. `leak` is section 7's experiment: one-shot clients
+written the classic way with the EXPIRE forgotten, and through our limiter, then
+counted while real time passes.
 
     from ratelimit.lab.chapters import memory_per_key
     from ratelimit.lab.plotting import explorer
@@ -6,38 +14,88 @@
     memory_per_key.figure(active_keys=10**5, limit=128)   # another fleet and limit
     explorer(memory_per_key.figure, **memory_per_key.SLIDERS)
 
-The bytes per key come from the table chapter 3 stored the last time it measured a real
-Redis (`notebooks/data/memory_per_key.csv`), through `ratelimit.lab.memory`: no Redis is
-needed, and the figure is the same on every machine.
+`figure` (the Explore section) reads the stored table: no Redis is needed, and the
+figure is the same on every machine.
 """
 
 from __future__ import annotations
 
+import os
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pandas as pd
+
+from ratelimit import algorithms
+
 from .. import memory
+from ..classic import ClassicSlidingLog
 
 if TYPE_CHECKING:
-    import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["SERIES", "SLIDERS", "STORED_TABLE", "figure"]
+__all__ = [
+    "O1",
+    "SERIES",
+    "SLIDERS",
+    "STORED_TABLE",
+    "Leak",
+    "Measurement",
+    "encodings_table",
+    "figure",
+    "fleet_table",
+    "headline_table",
+    "key_size_figure",
+    "leak",
+    "leak_figure",
+    "limits_to_measure",
+    "measure",
+    "member_format_figure",
+    "o1_table",
+    "series",
+    "series_name",
+    "threshold_figure",
+]
+
+# The chapter's parameters (notebooks/03_memory_per_key.ipynb, its "parameters" cell).
+MAX_LIMIT = 100_000  # the largest limit measured (= members in one full sliding-log key)
+POINTS_PER_DECADE = 5  # limits measured per factor of ten, evenly spaced on a log scale
+HEADLINE_LIMITS = [10, 1_000, 100_000]  # table rows, plus the listpack threshold and one above
+FLEET_LIMITS = [10, 100, 1_000]  # limits in the fleet table
+LEAK_CLIENTS = 300  # one-shot clients in section 7
+LEAK_WINDOW_MS = 200  # our limiter's window in section 7 (the TTL it sets)
+LEAK_WAIT_S = 0.6  # real time to wait before counting what is left
 
 # The chapter's stored table: relative to the notebooks' folder (where the chapters run),
 # else found beside this package in a source checkout.
 STORED_TABLE = Path("data/memory_per_key.csv")
 _CHECKOUT_TABLE = Path(__file__).resolve().parents[3] / "notebooks" / STORED_TABLE
 
-# (algorithm, member format) -> bar label, as in the chapter's tables and figures.
+_LOG = algorithms.SLIDING_LOG
+_MEMBER_FORMATS = {"script": "our members", "classic": "classic members"}
+O1 = [a.name for a in algorithms.ALGORITHMS if a is not _LOG]
+"""The algorithms whose key holds a few numbers, whatever the limit."""
+
+
+def series_name(algorithm: str, member_format: str = "") -> str:
+    """How tables and figures name a measured series: the algorithm's label, and for
+    the sliding log whose members it holds ("sliding log, our members")."""
+    label = algorithms.get(algorithm).label
+    return f"{label}, {_MEMBER_FORMATS[member_format]}" if member_format else label
+
+
 SERIES = {
-    ("log", "script"): "sliding log,\nour members",
-    ("log", "classic"): "sliding log,\nclassic members",
-    ("fw", ""): "fixed window",
-    ("swc", ""): "sliding-window\ncounter",
-    ("gcra", ""): "GCRA\n(token bucket)",
+    (a.name, f): series_name(a.name, f)
+    for a in algorithms.ALGORITHMS
+    for f in (_MEMBER_FORMATS if a is _LOG else [""])
 }
+"""(algorithm, member format) -> series name, for every series the chapter measures."""
 
 # The explore section's controls (ipywidgets abbreviations; a dict is a drop-down).
 SLIDERS: dict[str, Any] = {
@@ -46,6 +104,328 @@ SLIDERS: dict[str, Any] = {
 }
 
 _LOG_COLOR, _O1_COLOR = "tab:red", "tab:blue"
+
+
+# --- measuring ----------------------------------------------------------------------------
+
+
+def limits_to_measure(
+    threshold: int,
+    *,
+    max_limit: int = MAX_LIMIT,
+    points_per_decade: int = POINTS_PER_DECADE,
+    extra: Iterable[int] = (*HEADLINE_LIMITS, *FLEET_LIMITS),
+) -> list[int]:
+    """Limits 1 .. `max_limit` evenly spaced on a log scale, every 8 entries up to twice
+    the server's listpack `threshold`, the threshold and one above, and `extra`."""
+    if max_limit < 1 or points_per_decade < 1:
+        raise ValueError("max_limit and points_per_decade must be at least 1")
+    sweep = np.geomspace(1, max_limit, round(np.log10(max_limit) * points_per_decade) + 1)
+    near = [*range(8, 2 * threshold + 1, 8), threshold // 2, threshold + 1, 2 * threshold]
+    return sorted({*sweep.round().astype(int).tolist(), *near, *extra})
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The chapter's table, and where it came from."""
+
+    table: pd.DataFrame
+    source: str  # "measured" or "stored"
+    reason: str  # why the stored table is shown; "" when measured
+    saved_to: Path | None  # where a measured table was saved, if it was
+
+    @property
+    def threshold(self) -> int:
+        """The server's zset-max-listpack-entries."""
+        return int(self.table.listpack_threshold.iloc[0])
+
+    @property
+    def version(self) -> str:
+        return str(self.table.redis_version.iloc[0])
+
+    def report(self, where: str) -> str:
+        """What was measured on which server (`where`, e.g. a backend's description)."""
+        if self.source == "measured":
+            lines = [f"Measured {len(self.table)} keys on {where} (Redis {self.version})."]
+            lines += [f"Saved to {self.saved_to}."] if self.saved_to else []
+        else:
+            lines = [
+                f"Cannot measure here: {self.reason.rstrip('.')}.",
+                f"Showing the stored table, measured on Redis {self.version}.",
+            ]
+        return "\n".join([*lines, f"zset-max-listpack-entries: {self.threshold}"])
+
+
+def measure(
+    client: Any,
+    stored: str | Path = STORED_TABLE,
+    *,
+    max_limit: int = MAX_LIMIT,
+    points_per_decade: int = POINTS_PER_DECADE,
+    extra_limits: Iterable[int] = (*HEADLINE_LIMITS, *FLEET_LIMITS),
+    save: bool | None = None,
+) -> Measurement:
+    """One full key per series at `limits_to_measure(...)` on `client` when it is a real
+    Redis, else the table stored at `stored` (`memory.measured_or_stored`).
+
+    `save=None` saves a measured table only when RATELIMIT_SAVE_MEASUREMENTS=1 (set by
+    `make run`), so test runs never rewrite the stored table.
+    """
+    if save is None:
+        save = os.environ.get("RATELIMIT_SAVE_MEASUREMENTS") == "1"
+    extra = list(extra_limits)
+
+    def limits(threshold: int) -> list[int]:
+        return limits_to_measure(
+            threshold, max_limit=max_limit, points_per_decade=points_per_decade, extra=extra
+        )
+
+    result = memory.measured_or_stored(client, stored, limits, save=save)
+    saved = Path(stored) if save and result.source == "measured" else None
+    return Measurement(result.table, result.source, result.reason, saved)
+
+
+def series(table: pd.DataFrame, algorithm: str, member_format: str = "") -> pd.DataFrame:
+    """One series of the measured table, indexed by limit."""
+    rows = table[(table.algorithm == algorithm) & (table.member_format == member_format)]
+    if rows.empty:
+        raise ValueError(f"the table has no series {algorithm!r} {member_format!r}")
+    return rows.set_index("limit").sort_index()
+
+
+def _threshold(table: pd.DataFrame) -> int:
+    return int(table.listpack_threshold.iloc[0])
+
+
+# --- tables -------------------------------------------------------------------------------
+
+
+def headline_table(table: pd.DataFrame, limits: Iterable[int] = HEADLINE_LIMITS) -> pd.DataFrame:
+    """The sliding log's encoding and bytes per key and per member, ours and classic, at
+    `limits` plus the listpack threshold and one above (the rows, by limit)."""
+    threshold = _threshold(table)
+    rows = sorted({*limits, threshold, threshold + 1})
+    ours, classic = series(table, "log", "script"), series(table, "log", "classic")
+    summary = pd.DataFrame(
+        {
+            "encoding": ours.encoding,
+            "ours: bytes per key": ours.bytes_per_key,
+            "ours: bytes per member": ours.bytes_per_entry,
+            "classic: bytes per key": classic.bytes_per_key,
+            "classic: bytes per member": classic.bytes_per_entry,
+        }
+    ).loc[rows]
+    summary.index.name = "limit"
+    return summary
+
+
+def encodings_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The encoding Redis reports for both member formats at four sizes relative to
+    the listpack threshold."""
+    threshold = _threshold(table)
+    sizes = {
+        "half the threshold": threshold // 2,
+        "at the threshold": threshold,
+        "one above": threshold + 1,
+        "twice the threshold": 2 * threshold,
+    }
+    ours, classic = series(table, "log", "script"), series(table, "log", "classic")
+    return pd.DataFrame(
+        {
+            "ours": [ours.encoding[n] for n in sizes.values()],
+            "classic": [classic.encoding[n] for n in sizes.values()],
+        },
+        index=pd.Index(list(sizes), name="members"),
+    )
+
+
+def o1_table(table: pd.DataFrame, limits: Sequence[int]) -> pd.DataFrame:
+    """Each O(1) algorithm's encoding and bytes per key at `limits`."""
+    o1 = pd.DataFrame({SERIES[a, ""]: series(table, a).bytes_per_key[list(limits)] for a in O1}).T
+    o1.columns = [f"bytes at limit {n:,}" for n in limits]
+    o1.insert(0, "encoding", [series(table, a).encoding.iloc[0] for a in O1])
+    o1.index.name = "algorithm"
+    return o1
+
+
+def fleet_table(fleet: pd.DataFrame) -> pd.DataFrame:
+    """A `memory.fleet_memory` table for people: one row per series and limit, one
+    column per fleet size, in binary units."""
+    names = [series_name(a, f) for a, f in zip(fleet.algorithm, fleet.member_format, strict=True)]
+    wide = fleet.assign(series=names).pivot_table(
+        index=["series", "limit"], columns="active_keys", values="total_bytes", sort=False
+    )
+    wide = wide.map(memory.format_bytes)
+    wide.columns = [f"{n:,} keys" for n in wide.columns]
+    return wide
+
+
+# --- figures ------------------------------------------------------------------------------
+
+
+def key_size_figure(table: pd.DataFrame) -> Figure:
+    """Every series' bytes per full key against the limit, both axes logarithmic, with
+    the listpack threshold marked."""
+    import matplotlib.pyplot as plt
+
+    threshold = _threshold(table)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for (algorithm, member_format), name in SERIES.items():
+        rows = series(table, algorithm, member_format)
+        ax.plot(rows.index, rows.bytes_per_key, marker=".", markersize=4, label=name)
+    ax.axvline(threshold, color="grey", linestyle=":", linewidth=1)
+    ax.annotate(
+        f"zset-max-listpack-entries = {threshold}",
+        xy=(threshold, 1e6),
+        xytext=(-6, 0),
+        textcoords="offset points",
+        ha="right",
+        fontsize=8,
+        color="grey",
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("limit (entries per key; the log holds one member per entry)")
+    ax.set_ylabel("MEMORY USAGE of one full key (bytes)")
+    ax.set_title(f"Memory of one full key against its limit (Redis {table.redis_version.iloc[0]})")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def threshold_figure(table: pd.DataFrame) -> Figure:
+    """The sliding log's bytes per member up to twice the listpack threshold, both
+    member formats."""
+    import matplotlib.pyplot as plt
+
+    threshold = _threshold(table)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    near = 2 * threshold
+    for member_format in _MEMBER_FORMATS:
+        rows = series(table, "log", member_format)
+        rows = rows[rows.index <= near]
+        ax.plot(rows.index, rows.bytes_per_entry, marker=".", label=SERIES["log", member_format])
+    ax.axvline(threshold + 0.5, color="grey", linestyle=":", linewidth=1)
+    ax.text(threshold, 5, "  listpack | skiplist", fontsize=8, color="grey", ha="center")
+    ax.set_xlim(0, near)
+    ax.set_ylim(0, None)
+    ax.set_xlabel("members in the key (entries)")
+    ax.set_ylabel("MEMORY USAGE per member (bytes)")
+    ax.set_title("Bytes per member around the listpack threshold")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return fig
+
+
+def member_format_figure(table: pd.DataFrame, limits: Sequence[int]) -> Figure:
+    """Bars of bytes per member at `limits`, our members beside the classic ones."""
+    import matplotlib.pyplot as plt
+
+    limits = list(limits)
+    x = np.arange(len(limits))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for offset, member_format in zip((-0.2, 0.2), _MEMBER_FORMATS, strict=True):
+        values = series(table, "log", member_format).bytes_per_entry[limits]
+        bars = ax.bar(x + offset, values, width=0.4, label=SERIES["log", member_format])
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    ax.set_xticks(x, [f"{n:,}" for n in limits])
+    ax.set_xlabel("members in the key (limit)")
+    ax.set_ylabel("MEMORY USAGE per member (bytes)")
+    ax.set_title("Bytes per member: 3-byte members picked by the script vs classic strings")
+    ax.legend()
+    return fig
+
+
+# --- the leak -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Leak:
+    """Section 7's run: keys still there over time, and what was left at the end."""
+
+    samples: pd.DataFrame  # ms since the last request; keys left, "classic" and "ours"
+    table: pd.DataFrame  # per recipe: keys written, keys left after the wait, TTL
+    cleaned_up: bool  # every key of the run was deleted afterwards
+
+
+def _ours(client: Any, prefix: str, clients: int, window_ms: int, keys: list[str]) -> None:
+    """One request per client through our limiter, whose script sets the key's TTL to
+    the window; each key written is appended to `keys`."""
+    limiter = _LOG.limiter_class("sync")(client, None, 10, window_ms=window_ms, prefix=prefix)
+    for i in range(clients):
+        keys.append(limiter.key_for(f"client-{i}"))
+        if not limiter.check(f"client-{i}").allowed:
+            raise RuntimeError(f"our limiter refused one-shot client {i}")
+
+
+def leak(
+    client: Any,
+    clients: int = LEAK_CLIENTS,
+    *,
+    window_ms: int = LEAK_WINDOW_MS,
+    wait_s: float = LEAK_WAIT_S,
+    poll_s: float = 0.02,
+) -> Leak:
+    """`clients` one-shot clients send one request each, the classic way without EXPIRE
+    and through our limiter; then count the keys left (EXISTS, as any client sees
+    them) every `poll_s` of real time for `wait_s`. The run's keys are deleted
+    afterwards. Works on a real Redis and on fakeredis alike (both expire in real time).
+    """
+    if clients < 1 or window_ms < 1 or wait_s < 0:
+        raise ValueError("clients and window_ms must be positive and wait_s non-negative")
+    run = f"nb03-leak:{uuid.uuid4().hex[:12]}"  # this run's own keys
+    # The classic recipe with its EXPIRE forgotten, one request per client.
+    recipe = ClassicSlidingLog(client, window_ms / 1000, 10, prefix=f"{run}:classic", expire=False)
+    classic_keys = [recipe.key_for(f"client-{i}") for i in range(clients)]
+    our_keys: list[str] = []
+    try:
+        for i in range(clients):
+            recipe.check_sync(f"client-{i}")
+        _ours(client, f"{run}:ours", clients, window_ms, our_keys)
+        written, rows = time.monotonic(), []
+        while True:
+            elapsed = time.monotonic() - written
+            rows.append((elapsed * 1000, client.exists(*classic_keys), client.exists(*our_keys)))
+            if elapsed >= wait_s:
+                break
+            time.sleep(poll_s)
+        table = pd.DataFrame(
+            {
+                "keys written": [len(classic_keys), len(our_keys)],
+                f"keys left after {wait_s} s": [rows[-1][1], rows[-1][2]],
+                "TTL": [
+                    "none" if client.ttl(classic_keys[0]) == -1 else "set",
+                    f"{window_ms} ms after each request",
+                ],
+            },
+            index=pd.Index(["classic, EXPIRE forgotten", "ours"], name="recipe"),
+        )
+    finally:
+        client.delete(*classic_keys, *our_keys)  # the classic keys would stay forever
+    cleaned_up = client.exists(*classic_keys, *our_keys) == 0
+    samples = pd.DataFrame(rows, columns=["ms", "classic", "ours"])
+    return Leak(samples, table, cleaned_up)
+
+
+def leak_figure(samples: pd.DataFrame, *, clients: int, window_ms: int) -> Figure:
+    """Keys still in Redis against the time since the last request, per recipe."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.step(
+        samples.ms, samples.classic, where="post", linewidth=3, label="classic: ZADD, no EXPIRE"
+    )
+    ax.step(samples.ms, samples.ours, where="post", label=f"ours: TTL = window ({window_ms} ms)")
+    ax.axvline(window_ms, color="grey", linestyle=":", linewidth=1)
+    ax.set_ylim(0, clients * 1.1)
+    ax.set_xlabel("time since the last request (ms)")
+    ax.set_ylabel("keys still in Redis (keys)")
+    ax.set_title(f"Keys left behind by {clients} one-shot clients")
+    ax.legend(loc="center right")
+    return fig
+
+
+# --- Explore ------------------------------------------------------------------------------
 
 
 @cache
@@ -80,6 +460,14 @@ def _binary_tick(value: float, _position: Any) -> str:
     return f"{value / 1024**power:g} {units[power]}"
 
 
+def _bar_label(name: str) -> str:
+    """A series name on two lines under its bar: at its comma, else its first space."""
+    if len(name) <= len("fixed window"):
+        return name
+    head, sep, tail = name.partition(", ")
+    return f"{head},\n{tail}" if sep else name.replace(" ", "\n", 1)
+
+
 def figure(
     *,
     active_keys: int = 10**7,
@@ -110,9 +498,9 @@ def figure(
     fig, ax = plt.subplots(figsize=(8, 4.5))
     names, heights, colors = [], [], []
     for (algorithm, member_format), name in SERIES.items():
-        names.append(name)
+        names.append(_bar_label(name))
         heights.append(int(totals[algorithm, member_format]))
-        colors.append(_LOG_COLOR if algorithm == "log" else _O1_COLOR)
+        colors.append(_LOG_COLOR if algorithm == _LOG.name else _O1_COLOR)
     bars = ax.bar(names, heights, color=colors)
     ax.bar_label(bars, labels=[memory.format_bytes(h) for h in heights], fontsize=8)
     # Legend entries for the two families (one handle each).
