@@ -70,41 +70,19 @@ SLIDING_LOG_MAX_LIMIT = 1_000_000
 #   gcra  admit:  GET, SET (with PX)      reject: GET
 # The log's ZADD NX is repeated when its probe hits a taken member slot: rare (at most
 # 10**6 members in 2**23 slots), and not counted.
-SLIDING_LOG = Algorithm(
-    "log",
-    "sliding log",
-    "sliding_log",
-    "SlidingWindowLimiter",
-    exact=True,
-    commands=ScriptCommands(admit=5, per_extra_unit=1, reject=3),
-    near_cache="same cost",
-    max_limit=SLIDING_LOG_MAX_LIMIT,
-)
-FIXED_WINDOW = Algorithm(
-    "fw",
-    "fixed window",
-    "fixed_window",
-    "FixedWindowLimiter",
-    exact=False,
-    commands=ScriptCommands(admit=3, per_extra_unit=0, reject=1),
-    near_cache="same or larger cost",
-)
-SLIDING_WINDOW_COUNTER = Algorithm(
-    "swc",
-    "sliding-window counter",
-    "sliding_window_counter",
-    "SlidingWindowCounterLimiter",
-    exact=False,
-    commands=ScriptCommands(admit=3, per_extra_unit=0, reject=1),
-)
-GCRA = Algorithm(
-    "gcra",
-    "GCRA (token bucket)",
-    "gcra",
-    "TokenBucketLimiter",
-    exact=False,
-    commands=ScriptCommands(admit=2, per_extra_unit=0, reject=1),
-)
+# Tag, label, Lua script, limiter class; exactness; commands per check as (admit, per
+# extra unit of cost, reject); near-cache rule; largest limit.
+SLIDING_LOG = Algorithm("log", "sliding log", "sliding_log", "SlidingWindowLimiter",
+                        exact=True, commands=ScriptCommands(5, 1, 3), near_cache="same cost",
+                        max_limit=SLIDING_LOG_MAX_LIMIT)  # fmt: skip
+FIXED_WINDOW = Algorithm("fw", "fixed window", "fixed_window", "FixedWindowLimiter",
+                         exact=False, commands=ScriptCommands(3, 0, 1),
+                         near_cache="same or larger cost")  # fmt: skip
+SLIDING_WINDOW_COUNTER = Algorithm("swc", "sliding-window counter", "sliding_window_counter",
+                                   "SlidingWindowCounterLimiter", exact=False,
+                                   commands=ScriptCommands(3, 0, 1))  # fmt: skip
+GCRA = Algorithm("gcra", "GCRA (token bucket)", "gcra", "TokenBucketLimiter",
+                 exact=False, commands=ScriptCommands(2, 0, 1))  # fmt: skip
 
 ALGORITHMS: tuple[Algorithm, ...] = (SLIDING_LOG, FIXED_WINDOW, SLIDING_WINDOW_COUNTER, GCRA)
 NAMES: tuple[str, ...] = tuple(a.name for a in ALGORITHMS)

@@ -20,6 +20,8 @@ output of its own, unlike in nbconvert or JupyterLab.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +46,34 @@ def save_for_gallery(figure: Any, name: str) -> Path | None:
     path = GALLERY_DIR / f"{name}.png"
     figure.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
     return path
+
+
+def parameters_of(
+    compute: Callable[..., Any], **extra: Any
+) -> Callable[[Callable[..., Any]], Any]:
+    """`@parameters_of(compute)` on `def figure(**params)`: the figure takes exactly the
+    parameters of `compute` (the function or dataclass whose result it draws), receives
+    all of them by name with the defaults filled in, and shows them in its signature,
+    where `explorer` reads the sliders' starting values. The parameters are listed once.
+    `extra` adds keyword-only parameters of the figure's own (name=default)."""
+    signature = inspect.signature(compute)
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    own = [inspect.Parameter(name, keyword, default=d) for name, d in extra.items()]
+    signature = signature.replace(parameters=[*signature.parameters.values(), *own])
+
+    def decorate(draw: Callable[..., Any]) -> Any:
+        @functools.wraps(draw)
+        def figure(*args: Any, **params: Any) -> Any:
+            bound = signature.bind(*args, **params)
+            bound.apply_defaults()
+            return draw(**bound.arguments)
+
+        figure.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            return_annotation=inspect.signature(draw).return_annotation
+        )
+        return figure
+
+    return decorate
 
 
 def explorer(draw: Callable[..., Any], /, **sliders: Any) -> Any:

@@ -134,34 +134,21 @@ def check_fields(decisions: list[ratelimit.Decision], limit: int) -> None:
 # 1. Hand-computed traces ------------------------------------------------------------
 
 
+@pytest.mark.parametrize("kind", ["async", "sync"])
 @pytest.mark.parametrize("name", TRACES)
-async def test_trace_async(name, client, prefix, clock):
-    """The asyncio limiter reproduces the hand-computed table, on both backends."""
+async def test_trace(name, kind, client, sync_client, prefix, clock):
+    """Each limiter, asyncio and sync, reproduces the hand-computed table, on both
+    backends."""
     tag, options, table = TRACES[name]
-    limiter = algorithms.get(tag).limiter_class("async")(
-        client, 1, prefix=prefix, clock=clock, **options
-    )
-    got, decisions = [], []
-    for at_ms, cost, *_ in table:
-        at(clock, at_ms)
-        d = await limiter.check("alice", cost=cost)
-        got.append(row(at_ms, cost, d))
-        decisions.append(d)
-    assert got == table
-    check_fields(decisions, options["limit"])
-
-
-@pytest.mark.parametrize("name", TRACES)
-def test_trace_sync(name, sync_client, prefix, clock):
-    """The synchronous limiter reproduces the same table, on both backends."""
-    tag, options, table = TRACES[name]
-    limiter = algorithms.get(tag).limiter_class("sync")(
-        sync_client, 1, prefix=prefix, clock=clock, **options
+    redis = client if kind == "async" else sync_client
+    limiter = algorithms.get(tag).limiter_class(kind)(
+        redis, 1, prefix=prefix, clock=clock, **options
     )
     got, decisions = [], []
     for at_ms, cost, *_ in table:
         at(clock, at_ms)
         d = limiter.check("alice", cost=cost)
+        d = await d if kind == "async" else d
         got.append(row(at_ms, cost, d))
         decisions.append(d)
     assert got == table

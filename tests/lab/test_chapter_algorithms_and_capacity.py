@@ -303,34 +303,34 @@ def test_geo_figure_shows_the_table(geo):
 
 
 def test_fleet_plans_at_the_chapters_parameters(table):
-    plans = chapter.fleet_plans(table)
+    plans = chapter.fleet_plans(table, chapter.Fleet())
     assert list(plans) == [chapter.FULL, chapter.STEADY, *LABELS[1:]]
     assert plans[chapter.FULL].shards == 13 and plans[chapter.STEADY].shards == 3
     assert {plans[label].shards for label in LABELS[1:]} == {2}
-    sized = chapter.plan("log", capacity.bytes_per_key(table, "log", 1000))
+    sized = chapter.plan("log", capacity.bytes_per_key(table, "log", 1000), chapter.Fleet())
     assert sized == plans[chapter.FULL]
 
 
 def test_plan_rejects_bad_input(table):
     with pytest.raises(ValueError, match="headroom"):
-        chapter.plan("fw", 120, headroom=1.0)
+        chapter.plan("fw", 120, chapter.Fleet(headroom=1.0))
     with pytest.raises(ValueError):
-        chapter.fleet_plans(table, limit=0)
+        chapter.fleet_plans(table, chapter.Fleet(limit=0))
 
 
 def test_plan_table_and_summary(table):
-    plans = chapter.fleet_plans(table)
+    plans = chapter.fleet_plans(table, chapter.Fleet())
     plan_table = chapter.plan_table(plans)
     assert list(plan_table.index) == list(plans)
     assert plan_table.loc[chapter.FULL, "shards"] == 13
     assert plan_table.loc[chapter.FULL, "memory"] == "88.3 GiB"
     assert (plan_table["checks/s"] == 50_000).all()
-    summary = chapter.fleet_summary()
+    summary = chapter.fleet_summary(chapter.Fleet())
     assert "50,000 checks/s" in summary and "holds 180 members" in summary
 
 
 def test_policy_sweep(table):
-    sweep = chapter.policy_sweep(table)
+    sweep = chapter.policy_sweep(table, chapter.Fleet())
     assert list(sweep.index) == list(chapter.POLICY_SWEEP)
     counter = sweep[f"{chapter.LABELS['swc']}: shards"]
     full = sweep[f"{chapter.FULL}: shards"]
@@ -347,7 +347,7 @@ def test_default_figure_is_titled_labelled_and_tells_the_chapters_story(table):
     lines = steps(fig)
     assert len(lines) == 5
     shards_at_a_million = {label.split(":")[0]: y[x == 1_000_000][0] for label, x, y in lines}
-    plans = chapter.fleet_plans(table)
+    plans = chapter.fleet_plans(table, chapter.Fleet())
     assert shards_at_a_million == {label: p.shards for label, p in plans.items()}
     assert shards_at_a_million[chapter.FULL] == 13
 

@@ -194,7 +194,7 @@ def test_simulate_tells_the_chapters_story():
 @pytest.mark.parametrize("client", http_route.CLIENTS)
 async def test_the_app_over_http_answers_as_the_model(client):
     options = {"limit": 4, "duration_s": 3, "latency_ms": 30, "hammer_retry_ms": 40}
-    over_http = await http_route.run_over_http(client, **options)
+    over_http = await http_route.run_over_http(client=client, **options)
     model = http_route.simulate(client=client, **options)
     assert over_http.times_ms.tolist() == model.times_ms.tolist()
     assert over_http.statuses.tolist() == model.statuses.tolist()

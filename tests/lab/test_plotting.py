@@ -4,6 +4,7 @@ gallery files are written only when the main job asks."""
 from __future__ import annotations
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -38,3 +39,22 @@ def test_gallery_only_when_asked(tmp_path, monkeypatch):
     path = save_for_gallery(fig, "01_x")
     assert path is not None and (tmp_path / path).read_bytes().startswith(b"\x89PNG")
     plt.close(fig)
+
+
+def test_parameters_of_lists_the_parameters_once():
+    import inspect
+
+    from ratelimit.lab.plotting import parameters_of
+
+    def compute(*, limit: int = 10, seed: int = 0) -> int:
+        return limit + seed
+
+    @parameters_of(compute)
+    def figure(**params):
+        return params
+
+    assert list(inspect.signature(figure).parameters) == ["limit", "seed"]
+    assert figure() == {"limit": 10, "seed": 0}  # every parameter, defaults filled in
+    assert figure(seed=3) == {"limit": 10, "seed": 3}
+    with pytest.raises(TypeError):
+        figure(colour="red")

@@ -17,7 +17,7 @@ Every function takes the chapter's parameters; the defaults are the chapter's va
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ from ratelimit.costs import GEOFENCE_FREE_RADIUS_M, GEOFENCE_MAX_COST
 
 from .. import capacity, memory, metrics, traffic
 from ..memory import format_bytes
-from ..plotting import COLORS
+from ..plotting import COLORS, parameters_of
 from ..simulation import replay
 from ..timebase import seconds_to_ms
 
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLOUDFLARE_PERCENT",
     "FULL",
+    "Fleet",
     "GEO_PROFILES",
     "LABELS",
     "POLICY_SWEEP",
@@ -739,79 +740,75 @@ def _sizings(limit: int, window_s: int, rate_per_key: float) -> dict[str, tuple[
     return sizings | {a.label: (a.name, float(limit)) for a in others}
 
 
-def key_sizes(
-    table: pd.DataFrame, limit: int = 1_000, window_s: int = 3_600, rate_per_key: float = 0.05
-) -> dict[str, tuple[str, float]]:
+@dataclass(frozen=True)
+class Fleet:
+    """Section 7's question: a fleet of API keys under one limit policy, and the Redis
+    shard that serves it. The defaults are the chapter's. `active_keys` and `limit` may
+    come from a slider as floats: they are rounded to whole numbers."""
+
+    active_keys: float = 1_000_000  # keys holding limiter state (a request within a window)
+    rate_per_key: float = 0.05  # mean requests per second per active key
+    limit: float = 1_000  # requests ...
+    window_s: int = 3_600  # ... per window of this many seconds
+    us_per_check: Mapping[str, float] = field(default_factory=lambda: dict(US_PER_CHECK))
+    shard_memory_gib: float = 14  # data memory of one Redis
+    shard_checks_per_s: float = 50_000  # checks per second one Redis serves end to end
+    headroom: float = 0.5  # share of each shard's memory and throughput kept free
+    key_overhead_bytes: float = 64  # per-key bookkeeping MEMORY USAGE leaves out
+
+    @property
+    def keys(self) -> int:
+        return int(round(self.active_keys))
+
+    @property
+    def whole_limit(self) -> int:
+        return int(round(self.limit))
+
+
+def key_sizes(table: pd.DataFrame, fleet: Fleet) -> dict[str, tuple[str, float]]:
     """Bytes of one key per way of sizing, from chapter 3's table: {label: (algorithm, bytes)}."""
     return {
         label: (a, capacity.bytes_per_key(table, a, entries))
-        for label, (a, entries) in _sizings(limit, window_s, rate_per_key).items()
+        for label, (a, entries) in _sizings(
+            fleet.whole_limit, fleet.window_s, fleet.rate_per_key
+        ).items()
     }
 
 
 def plan(
-    algorithm: str,
-    key_bytes: float,
-    active_keys: int = 1_000_000,
-    rate_per_key: float = 0.05,
-    *,
-    us_per_check: Mapping[str, float] = US_PER_CHECK,
-    shard_memory_gib: float = 14,
-    shard_checks_per_s: float = 50_000,
-    headroom: float = 0.5,
-    key_overhead_bytes: float = 64,
+    algorithm: str, key_bytes: float, fleet: Fleet, active_keys: int | None = None
 ) -> capacity.CapacityPlan:
-    """`capacity.plan_fleet` for one algorithm with the chapter's shard parameters."""
+    """`capacity.plan_fleet` for one algorithm on `fleet`'s shards (for `active_keys`
+    keys instead of the fleet's own, when given)."""
     return capacity.plan_fleet(
         algorithm,
-        active_keys=active_keys,
-        rate_per_key=rate_per_key,
+        active_keys=fleet.keys if active_keys is None else active_keys,
+        rate_per_key=fleet.rate_per_key,
         bytes_per_key=key_bytes,
-        us_per_check=us_per_check[algorithm],
-        shard_memory_bytes=shard_memory_gib * 2**30,
-        shard_checks_per_s=shard_checks_per_s,
-        headroom=headroom,
-        key_overhead_bytes=key_overhead_bytes,
+        us_per_check=fleet.us_per_check[algorithm],
+        shard_memory_bytes=fleet.shard_memory_gib * 2**30,
+        shard_checks_per_s=fleet.shard_checks_per_s,
+        headroom=fleet.headroom,
+        key_overhead_bytes=fleet.key_overhead_bytes,
     )
 
 
-def fleet_plans(
-    table: pd.DataFrame,
-    *,
-    active_keys: int = 1_000_000,
-    rate_per_key: float = 0.05,
-    limit: int = 1_000,
-    window_s: int = 3_600,
-    **shard: Any,
-) -> dict[str, capacity.CapacityPlan]:
-    """A `capacity.CapacityPlan` per way of sizing for `active_keys` keys under `limit`
-    requests per `window_s`; `shard` are `plan`'s shard parameters."""
-    sizes = key_sizes(table, limit, window_s, rate_per_key)
-    return {
-        label: plan(a, size, active_keys, rate_per_key, **shard)
-        for label, (a, size) in sizes.items()
-    }
+def fleet_plans(table: pd.DataFrame, fleet: Fleet) -> dict[str, capacity.CapacityPlan]:
+    """A `capacity.CapacityPlan` per way of sizing the keys of `fleet`."""
+    return {label: plan(a, size, fleet) for label, (a, size) in key_sizes(table, fleet).items()}
 
 
-def fleet_summary(
-    active_keys: int = 1_000_000,
-    rate_per_key: float = 0.05,
-    limit: int = 1_000,
-    window_s: int = 3_600,
-    shard_memory_gib: float = 14,
-    shard_checks_per_s: float = 50_000,
-    headroom: float = 0.5,
-    **_: Any,
-) -> str:
+def fleet_summary(fleet: Fleet) -> str:
     """Two lines: the fleet's checks per second and its log keys, and one shard's size."""
-    steady = _sizings(limit, window_s, rate_per_key)[STEADY][1]
+    limit = fleet.whole_limit
+    steady = _sizings(limit, fleet.window_s, fleet.rate_per_key)[STEADY][1]
+    checks = capacity.checks_per_second(fleet.keys, fleet.rate_per_key)
     return (
-        f"{active_keys:,} active keys x {rate_per_key:g} requests/s = "
-        f"{capacity.checks_per_second(active_keys, rate_per_key):,.0f} checks/s; "
-        f"limit {limit:,} per {window_s:,} s; a steady-state log key holds "
-        f"{steady:,.0f} members, a full one {limit:,}.\n"
-        f"One shard: {shard_memory_gib} GiB, {shard_checks_per_s:,} checks/s, "
-        f"{headroom:.0%} kept free."
+        f"{fleet.keys:,} active keys x {fleet.rate_per_key:g} requests/s = "
+        f"{checks:,.0f} checks/s; limit {limit:,} per {fleet.window_s:,} s; a steady-state "
+        f"log key holds {steady:,.0f} members, a full one {limit:,}.\n"
+        f"One shard: {fleet.shard_memory_gib} GiB, {fleet.shard_checks_per_s:,} checks/s, "
+        f"{fleet.headroom:.0%} kept free."
     )
 
 
@@ -836,15 +833,15 @@ def plan_table(plans: Mapping[str, capacity.CapacityPlan]) -> pd.DataFrame:
 
 def policy_sweep(
     table: pd.DataFrame,
+    fleet: Fleet,
     policies: Mapping[str, tuple[int, int]] = POLICY_SWEEP,
     shown: Iterable[str] = (FULL, STEADY, LABELS["swc"]),
-    **fleet: Any,
 ) -> pd.DataFrame:
     """Memory and shards of the `shown` sizings under each policy, for the same fleet
-    (`fleet_plans` arguments; each policy replaces `limit` and `window_s`)."""
+    (each policy replaces its `limit` and `window_s`)."""
     rows = []
     for policy, (limit, window_s) in policies.items():
-        plans = fleet_plans(table, **{**fleet, "limit": limit, "window_s": window_s})
+        plans = fleet_plans(table, replace(fleet, limit=limit, window_s=window_s))
         row: dict[str, Any] = {"policy": policy}
         for label in shown:
             row[f"{label}: memory"] = format_bytes(plans[label].memory_bytes)
@@ -853,46 +850,27 @@ def policy_sweep(
     return pd.DataFrame(rows).set_index("policy")
 
 
+@parameters_of(Fleet, table=None, table_path="data/memory_per_key.csv")
 def figure(
-    *,
-    active_keys: float = 1_000_000,
-    rate_per_key: float = 0.05,
-    limit: float = 1_000,
-    window_s: int = 3_600,
-    headroom: float = 0.5,
-    shard_memory_gib: float = 14,
-    shard_checks_per_s: float = 50_000,
-    us_per_check: Mapping[str, float] = US_PER_CHECK,
-    key_overhead_bytes: float = 64,
-    table: pd.DataFrame | None = None,
-    table_path: str | Path = "data/memory_per_key.csv",
+    *, table: pd.DataFrame | None, table_path: str | Path, **fleet_options: Any
 ) -> matplotlib.figure.Figure:
     """Redis shards needed against fleet size, one step line per algorithm and sizing.
 
-    `active_keys` (rounded to a whole key) places the dotted marker, and the legend
-    gives each line's shards there; `rate_per_key` is requests per second per active
-    key; `limit` (rounded, >= 1) requests per `window_s` seconds; `headroom` the share
-    of each shard's memory and checks per second kept free. Each line's dot is the most
-    keys one Redis carries. `table` is a `memory.memory_table`; without it the table
-    stored at `table_path` (relative to the notebooks' folder) is read, once.
+    Takes `Fleet`'s options: `active_keys` places the dotted marker, and the legend
+    gives each line's shards there. Each line's dot is the most keys one Redis
+    carries. `table` is a `memory.memory_table`; without it the table stored at
+    `table_path` (relative to the notebooks' folder) is read, once.
     """
     import matplotlib.pyplot as plt
 
+    fleet = Fleet(**fleet_options)
     if table is None:
         table = stored_table(str(table_path)).table
-    keys = int(round(active_keys))
-    limit = max(1, int(round(limit)))
-    shard = {
-        "us_per_check": us_per_check,
-        "shard_memory_gib": shard_memory_gib,
-        "shard_checks_per_s": shard_checks_per_s,
-        "headroom": headroom,
-        "key_overhead_bytes": key_overhead_bytes,
-    }
+    keys, limit, window_s = fleet.keys, fleet.whole_limit, fleet.window_s
     fig, ax = plt.subplots(figsize=(9, 4.8))
-    for label, (a, size) in key_sizes(table, limit, window_s, rate_per_key).items():
-        shards = [plan(a, size, int(n), rate_per_key, **shard).shards for n in _KEYS_AXIS]
-        here = plan(a, size, keys, rate_per_key, **shard)
+    for label, (a, size) in key_sizes(table, fleet).items():
+        shards = [plan(a, size, fleet, int(n)).shards for n in _KEYS_AXIS]
+        here = plan(a, size, fleet)
         legend = f"{label}: {here.shards:,} shard{'s' if here.shards > 1 else ''}"
         ax.step(_KEYS_AXIS, shards, where="post", color=COLORS[a], label=legend, **_STYLES[label])
         ax.plot([here.keys_per_shard], [1], marker="o", color=COLORS[a])
@@ -910,12 +888,12 @@ def figure(
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(_KEYS_AXIS[0], _KEYS_AXIS[-1])
-    ax.set_xlabel(f"active keys (each {rate_per_key:g} requests/s)")
+    ax.set_xlabel(f"active keys (each {fleet.rate_per_key:g} requests/s)")
     ax.set_ylabel("Redis shards needed")
     ax.set_title(
         f"Shards for a limit of {limit:,} per {window_s:,} s "
-        f"({shard_memory_gib:g} GiB, {shard_checks_per_s:,.0f} checks/s per shard, "
-        f"{headroom:.0%} free)\ndots: the most keys one Redis carries",
+        f"({fleet.shard_memory_gib:g} GiB, {fleet.shard_checks_per_s:,.0f} checks/s per shard, "
+        f"{fleet.headroom:.0%} free)\ndots: the most keys one Redis carries",
         fontsize=10,
     )
     ax.legend(fontsize=8)

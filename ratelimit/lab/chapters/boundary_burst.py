@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 import ratelimit
 from ratelimit import algorithms
 from ratelimit.lab import metrics, traffic
-from ratelimit.lab.plotting import COLORS
+from ratelimit.lab.plotting import COLORS, parameters_of
 from ratelimit.lab.simulation import replay
 from ratelimit.lab.timebase import seconds_to_ms
 
@@ -296,18 +296,12 @@ def rolling_figure(limit: int = LIMIT, window_s: int = WINDOW_S) -> Figure:
     return fig
 
 
-def poisson_figure(
-    limit: int = LIMIT,
-    window_s: int = WINDOW_S,
-    *,
-    rate_multiples: Sequence[float] = RATE_MULTIPLES,
-    duration_s: float = DURATION_S,
-    seed: int = SEED,
-) -> Figure:
+@parameters_of(poisson_table)
+def poisson_figure(**params: Any) -> Figure:
     """Section 4: `poisson_table`'s peaks as bars, per rate and algorithm, with the limit."""
-    table = poisson_table(
-        limit, window_s, rate_multiples=rate_multiples, duration_s=duration_s, seed=seed
-    )
+    table = poisson_table(**params)
+    limit, window_s, rate_multiples = params["limit"], params["window_s"], params["rate_multiples"]
+    duration_s, seed = params["duration_s"], params["seed"]
     fig, ax = plt.subplots(figsize=(9, 3.5))
     x = np.arange(len(table))
     width = 0.2
@@ -328,23 +322,13 @@ def poisson_figure(
     return fig
 
 
-def figure(
-    *,
-    limit: int = LIMIT,
-    window_s: int = WINDOW_S,
-    rate_multiple: float = RATE_MULTIPLE,
-    seed: int = SEED,
-    duration_s: float = DURATION_S,
-) -> Figure:
-    """The Explore figure: `peaks(...)` as bars, per traffic and algorithm, against the
-    limit and twice the limit. Returns the figure (not shown)."""
-    data = peaks(
-        limit=limit,
-        window_s=window_s,
-        rate_multiple=rate_multiple,
-        seed=seed,
-        duration_s=duration_s,
-    )
+@parameters_of(peaks)
+def figure(**params: Any) -> Figure:
+    """The Explore figure: `peaks(**params)` as bars, per traffic and algorithm, against
+    the limit and twice the limit. Returns the figure (not shown)."""
+    data = peaks(**params)
+    limit, window_s = params["limit"], params["window_s"]
+    duration_s, seed = params["duration_s"], params["seed"]
     groups = list(data)
     x = np.arange(len(groups))
     width = 0.2
@@ -359,12 +343,12 @@ def figure(
         2 * limit, color="tab:red", linestyle="--", linewidth=1, label=f"2x the limit ({2 * limit})"
     )
     ax.set_xticks(x, [f"{ATTACK}\n({2 * limit} requests in 20 ms)", groups[1]])
-    ax.set_ylim(0, 2.45 * limit + 1)
-    ax.set_xlabel(f"traffic (Poisson: {duration_s:g} s, seed {seed})")
-    ax.set_ylabel(f"max admitted in any rolling\n{window_s} s window (requests)")
-    ax.set_title(
-        f"Busiest rolling window per algorithm, limit {limit} per {window_s} s: "
-        f"the fixed window admits {data[ATTACK][FIXED.label]} at the boundary"
+    ax.set(
+        ylim=(0, 2.45 * limit + 1),
+        xlabel=f"traffic (Poisson: {duration_s:g} s, seed {seed})",
+        ylabel=f"max admitted in any rolling\n{window_s} s window (requests)",
+        title=f"Busiest rolling window per algorithm, limit {limit} per {window_s} s: "
+        f"the fixed window admits {data[ATTACK][FIXED.label]} at the boundary",
     )
     ax.legend(loc="upper right", fontsize=8, ncol=3)
     fig.tight_layout()

@@ -19,6 +19,7 @@ chapter's tables and figures.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -28,7 +29,7 @@ from matplotlib.figure import Figure
 from ratelimit import algorithms
 from ratelimit.decision import Decision
 from ratelimit.lab import metrics, traffic
-from ratelimit.lab.plotting import COLORS
+from ratelimit.lab.plotting import COLORS, parameters_of
 from ratelimit.lab.simulation import replay
 from ratelimit.lab.timebase import seconds_to_ms
 
@@ -298,22 +299,13 @@ def errors_figure(setup: Setup, table: pd.DataFrame) -> Figure:
     s = table.index.to_numpy()
     color = COLORS[LOG.name]
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.fill_between(
-        s,
-        table["app most too early (ms)"],
-        table["app most too late (ms)"],
-        color=color,
-        alpha=0.15,
-        label="app clock: full range",
-    )
-    ax.fill_between(
-        s,
-        table["app error p5 (ms)"],
-        table["app error p95 (ms)"],
-        color=color,
-        alpha=0.35,
-        label="app clock: 5th to 95th percentile",
-    )
+    bands = [
+        ("app most too early (ms)", "app most too late (ms)", 0.15, "full range"),
+        ("app error p5 (ms)", "app error p95 (ms)", 0.35, "5th to 95th percentile"),
+    ]
+    for low, high, alpha, what in bands:
+        label = f"app clock: {what}"
+        ax.fill_between(s, table[low], table[high], color=color, alpha=alpha, label=label)
     ax.plot(s, table["app mean |error| (ms)"], color="navy", label="app clock: mean |error|")
     ax.plot(
         s,
@@ -338,27 +330,9 @@ def errors_figure(setup: Setup, table: pd.DataFrame) -> Figure:
     return fig
 
 
-def figure(
-    *,
-    replicas: int = Setup.replicas,
-    max_skew_ms: int = Setup.max_skew_ms,
-    rate: float = Setup.rate,
-    limit: int = Setup.limit,
-    window_ms: int = Setup.window_ms,
-    skew_step_ms: int = Setup.skew_step_ms,
-    duration_s: float = Setup.duration_s,
-    seed: int = Setup.seed,
-) -> Figure:
+@parameters_of(Setup)
+def figure(**params: Any) -> Figure:
     """The Explore figure: `peaks_figure` of a fresh `sweep` with these parameters (the
     defaults are the chapter's). Returns the figure (not shown)."""
-    setup = Setup(
-        limit=limit,
-        window_ms=window_ms,
-        replicas=replicas,
-        max_skew_ms=max_skew_ms,
-        skew_step_ms=skew_step_ms,
-        rate=rate,
-        duration_s=duration_s,
-        seed=seed,
-    )
+    setup = Setup(**params)
     return peaks_figure(setup, sweep(setup)[0])

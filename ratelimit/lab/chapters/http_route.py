@@ -40,6 +40,7 @@ from ratelimit.costs import GEOFENCE_MAX_COST, geofence_cost
 from ratelimit.devtools.demo_server import DemoServer
 from ratelimit.devtools.process import free_port, pid_alive, port_is_free
 from ratelimit.http import rate_limit, status_for
+from ratelimit.lab.plotting import parameters_of
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -275,22 +276,12 @@ def sequence_figure(
     refused = sequence[sequence.status == 429]
     fig, ax = plt.subplots(figsize=(9, 3.8))
     width = step_ms * 0.6
-    ax.bar(
-        admitted["time (ms)"],
-        admitted["cost"],
-        width,
-        color="tab:blue",
-        label="cost, admitted (200)",
-    )
-    ax.bar(
-        refused["time (ms)"],
-        refused["cost"],
-        width,
-        color="none",
-        edgecolor="tab:red",
-        hatch="//",
-        label="cost, refused (429)",
-    )
+    looks = [
+        (admitted, "cost, admitted (200)", {"color": "tab:blue"}),
+        (refused, "cost, refused (429)", {"color": "none", "edgecolor": "tab:red", "hatch": "//"}),
+    ]
+    for rows, label, look in looks:
+        ax.bar(rows["time (ms)"], rows["cost"], width, label=label, **look)
     in_window = units_in_window(sequence, window_s * 1000)
     ax.step(
         sequence["time (ms)"],
@@ -407,29 +398,14 @@ class ClientLoop:
         )
 
 
-async def run_over_http(
-    client: str = HAMMERS,
-    *,
-    limit: int = LIMIT,
-    window_s: int = WINDOW_S,
-    duration_s: float = DURATION_S,
-    latency_ms: int = LATENCY_MS,
-    hammer_retry_ms: int = HAMMER_RETRY_MS,
-) -> ClientRun:
-    """One client of section 4 against a fresh demo app in this process, whose limiter
-    reads a virtual clock that the loop moves: every request a 500 m look-up (cost 1)."""
-    loop = ClientLoop(
-        client, duration_s=duration_s, latency_ms=latency_ms, hammer_retry_ms=hammer_retry_ms
+def _loop(params: Mapping[str, Any]) -> ClientLoop:
+    """The client loop of `simulate`'s parameters."""
+    return ClientLoop(
+        params["client"],
+        duration_s=params["duration_s"],
+        latency_ms=params["latency_ms"],
+        hammer_retry_ms=params["hammer_retry_ms"],
     )
-    clock = ManualClock()
-    app = demo_app(clock=clock, limit=limit, window_s=window_s)
-    async with in_process(app) as http:
-        headers = {"x-api-key": client}
-        for now_ms in loop:
-            clock.set_ms(now_ms)
-            r = await http.get("/within", params=within(RADIUS_M), headers=headers)
-            loop.answer(r.status_code, r.headers)
-    return loop.run()
 
 
 def simulate(
@@ -441,16 +417,15 @@ def simulate(
     latency_ms: int = LATENCY_MS,
     hammer_retry_ms: int = HAMMER_RETRY_MS,
 ) -> ClientRun:
-    """The same client as `run_over_http`, against the sliding log's reference model.
+    """One client of section 4 against the sliding log's reference model (`run_over_http`
+    runs the same client against the demo app).
 
     Every request is a 500 m look-up (cost 1) against `limit` units per `window_s`
     seconds; each takes `latency_ms` of round trip. After a 429 the hammering client
     retries `hammer_retry_ms` later, the polite one waits `Retry-After` seconds; the
     paced one sends every `w / q` seconds of the `RateLimit-Policy` it was sent.
     """
-    loop = ClientLoop(
-        client, duration_s=duration_s, latency_ms=latency_ms, hammer_retry_ms=hammer_retry_ms
-    )
+    loop = _loop(locals())  # the parameters: nothing else is bound yet
     clock = ManualClock()
     model = algorithms.SLIDING_LOG.limiter_class("reference")
     limiter = model(window_s, limit, clock=clock)
@@ -459,6 +434,22 @@ def simulate(
         clock.set_ms(now_ms)
         decision = limiter.check(client)
         loop.answer(status_for(decision), route.headers_for(decision))
+    return loop.run()
+
+
+@parameters_of(simulate)
+async def run_over_http(**params: Any) -> ClientRun:
+    """The same client as `simulate`, against a fresh demo app in this process, whose
+    limiter reads a virtual clock that the loop moves: every request a 500 m look-up."""
+    loop = _loop(params)
+    client, clock = params["client"], ManualClock()
+    app = demo_app(clock=clock, limit=params["limit"], window_s=params["window_s"])
+    async with in_process(app) as http:
+        headers = {"x-api-key": client}
+        for now_ms in loop:
+            clock.set_ms(now_ms)
+            r = await http.get("/within", params=within(RADIUS_M), headers=headers)
+            loop.answer(r.status_code, r.headers)
     return loop.run()
 
 
@@ -475,6 +466,18 @@ def summary(runs: Sequence[ClientRun], duration_s: float = DURATION_S) -> pd.Dat
     table["admitted per second"] = table["admitted"] / duration_s
     table["refused per admitted"] = table["refused"] / table["admitted"]
     return table
+
+
+def _limit_line(ax: Any, *, limit: int, window_s: int, duration_s: float) -> None:
+    """The most a client may get, cumulatively: `limit` per `window_s`, as a wide grey line."""
+    ax.plot(
+        [0, duration_s],
+        [0, limit * duration_s / window_s],
+        color="0.75",
+        linewidth=4,
+        zorder=0,
+        label=f"the limit ({limit} per {window_s} s)",
+    )
 
 
 def clients_figure(
@@ -498,14 +501,7 @@ def clients_figure(
             color=_CLIENT_COLORS[run.client],
             label=run.client,
         )
-    left.plot(
-        [0, duration_s],
-        [0, limit * duration_s / window_s],
-        color="0.75",
-        linewidth=4,
-        zorder=0,
-        label=f"the limit ({limit} per {window_s} s)",
-    )
+    _limit_line(left, limit=limit, window_s=window_s, duration_s=duration_s)
     left.set_xlabel("virtual time (s)")
     left.set_ylabel("look-ups admitted (cumulative)")
     left.set_title("Admitted look-ups over time")
@@ -621,15 +617,8 @@ def as_sent(response: httpx.Response) -> str:
 # --- Explore ------------------------------------------------------------------------------
 
 
-def figure(
-    *,
-    limit: int = LIMIT,
-    client: str = HAMMERS,
-    duration_s: int = DURATION_S,
-    window_s: int = WINDOW_S,
-    latency_ms: int = LATENCY_MS,
-    hammer_retry_ms: int = HAMMER_RETRY_MS,
-) -> Figure:
+@parameters_of(simulate)
+def figure(**params: Any) -> Figure:
     """One client's admitted (200) and refused (429) look-ups over virtual time.
 
     The defaults are the chapter's parameters, so `figure()` is the chapter's story:
@@ -640,14 +629,9 @@ def figure(
     """
     import matplotlib.pyplot as plt
 
-    run = simulate(
-        limit=limit,
-        client=client,
-        duration_s=duration_s,
-        window_s=window_s,
-        latency_ms=latency_ms,
-        hammer_retry_ms=hammer_retry_ms,
-    )
+    run = simulate(**params)
+    limit, client, window_s = params["limit"], params["client"], params["window_s"]
+    duration_s, hammer_retry_ms = params["duration_s"], params["hammer_retry_ms"]
     seconds = run.times_ms / 1000
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
     for mask, color, label in [
@@ -657,14 +641,7 @@ def figure(
         x = np.concatenate([[0.0], seconds[mask], [duration_s]])
         counts = np.arange(mask.sum() + 1)
         left.step(x, np.concatenate([counts, counts[-1:]]), where="post", color=color, label=label)
-    left.plot(
-        [0, duration_s],
-        [0, limit * duration_s / window_s],
-        color="0.75",
-        linewidth=4,
-        zorder=0,
-        label=f"the limit ({limit} per {window_s} s)",
-    )
+    _limit_line(left, limit=limit, window_s=window_s, duration_s=duration_s)
     left.set_xlim(0, duration_s)
     left.set_xlabel("virtual time (s)")
     left.set_ylabel("look-ups (cumulative)")
