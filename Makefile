@@ -15,6 +15,7 @@ UV         := $(VENV)/bin/uv
 STAMP      := $(VENV)/.installed
 LOCK       := requirements.lock
 REPORT_DIR := build/report
+EXECUTED_DIR := build/chapters
 
 # Chapters are notebooks/<digits>...ipynb; make sorts them by name, so zero-pad the numbers.
 NOTEBOOKS  := $(sort $(wildcard notebooks/[0-9]*.ipynb))
@@ -38,9 +39,11 @@ export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Replays stay quiet in committed notebook outputs and in tests (no tqdm bars).
 run refresh test: export RATELIMIT_PROGRESS = 0
-# Only the main job refreshes measured tables stored beside the notebooks.
-run refresh: export RATELIMIT_SAVE_MEASUREMENTS = 1
-run refresh: export RATELIMIT_WRITE_FIGURES = 1
+# Only `make refresh` rewrites what is committed: the measured table and the gallery.
+refresh: export RATELIMIT_SAVE_MEASUREMENTS = 1
+refresh: export RATELIMIT_WRITE_FIGURES = 1
+run test: export RATELIMIT_SAVE_MEASUREMENTS = 0
+run test: export RATELIMIT_WRITE_FIGURES = 0
 # uv would otherwise warn that it cannot hard-link from its cache on another filesystem.
 export UV_LINK_MODE ?= copy
 
@@ -52,8 +55,8 @@ export UV_LINK_MODE ?= copy
 help:
 	@echo "make setup   create .venv and install the locked dependencies (no-op when up to date)"
 	@echo "make test    run tests/ and the notebooks (nbval strict); PYTEST_ARGS=... is passed on"
-	@echo "make run     execute notebooks/[0-9]*.ipynb in place and build $(REPORT_DIR)/"
-	@echo "make refresh execute chapters in place (CHAPTERS=notebooks/04_x.ipynb for some)"
+	@echo "make run     execute notebooks/[0-9]*.ipynb into $(EXECUTED_DIR)/ and build $(REPORT_DIR)/ (tracked files untouched)"
+	@echo "make refresh execute chapters in place, refreshing their outputs, table and gallery (CHAPTERS=... for some)"
 	@echo "make lab     start JupyterLab on notebooks/"
 	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
 	@echo "make bench   run python -m bench; BENCH_ARGS=... is passed on"
@@ -100,10 +103,15 @@ ifneq ($(CHAPTERS),)
 	$(VPY) tools/strip_widget_state.py $(CHAPTERS)
 endif
 
-# run: execute every chapter in order, in place, then build the HTML report with an index.
-run: refresh
-	@mkdir -p notebooks $(REPORT_DIR)
-	$(VPY) tools/report.py --out $(REPORT_DIR) $(NOTEBOOKS)
+# run: execute every chapter from a clean kernel into $(EXECUTED_DIR)/, then build the HTML
+# report from those; the committed notebooks, table and figures stay as they are.
+run: setup
+	@mkdir -p notebooks $(EXECUTED_DIR) $(REPORT_DIR)
+ifneq ($(NOTEBOOKS),)
+	jupyter nbconvert --to notebook --execute --output-dir $(EXECUTED_DIR) \
+	  --ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=600 $(NOTEBOOKS)
+endif
+	$(VPY) tools/report.py --out $(REPORT_DIR) $(addprefix $(EXECUTED_DIR)/,$(notdir $(NOTEBOOKS)))
 
 # lab: JupyterLab on notebooks/, bound to loopback; jupyter prints the URL with its token.
 lab: setup

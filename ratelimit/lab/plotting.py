@@ -35,9 +35,9 @@ GALLERY_DIR = Path("figures")  # beside the notebooks, which run in their own fo
 
 
 def save_for_gallery(figure: Any, name: str) -> Path | None:
-    """Write `figure` to figures/<name>.png when the main job asks for it.
+    """Write `figure` to figures/<name>.png when `make refresh` asks for it.
 
-    `make run` sets RATELIMIT_WRITE_FIGURES=1, so the README's gallery is refreshed
+    `make refresh` sets RATELIMIT_WRITE_FIGURES=1, so the README's gallery is refreshed
     with the chapters; test runs (nbval) leave the committed files alone.
     """
     if os.environ.get("RATELIMIT_WRITE_FIGURES") != "1":

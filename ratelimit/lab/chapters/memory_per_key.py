@@ -169,7 +169,7 @@ def measure(
     Redis, else the table stored at `stored` (`memory.measured_or_stored`).
 
     `save=None` saves a measured table only when RATELIMIT_SAVE_MEASUREMENTS=1 (set by
-    `make run`), so test runs never rewrite the stored table.
+    `make refresh`), so test runs and `make run` never rewrite the stored table.
     """
     if save is None:
         save = os.environ.get("RATELIMIT_SAVE_MEASUREMENTS") == "1"
