@@ -20,7 +20,8 @@ local allow_at = new_tat - tolerance
 if allow_at - now > EPSILON then
   local remaining = math.floor((now - (tat - tolerance) + EPSILON) / interval)
   if remaining < 0 then remaining = 0 end
-  return {0, remaining, math.ceil(allow_at - now), math.ceil(tat - now), now}
+  -- The first whole ms at which allow_at - t <= EPSILON: float noise must not add a ms.
+  return {0, remaining, math.ceil(allow_at - now - EPSILON), math.ceil(tat - now), now}
 end
 
 local reset = math.ceil(new_tat - now)

@@ -712,16 +712,21 @@ def test_ipv6_zone_ids_do_not_split_a_client():
 
 
 def test_a_real_server_refuses_oversized_keys_without_500():
-    """Through uvicorn (h11): a key over 256 bytes gets the app's 431, up to 100 kB here
-    (a server with a smaller header limit may refuse first, with 400: never a 500)."""
+    """Through uvicorn (h11): a key over 256 bytes gets the app's 431, up to 10 kB here.
+    At 100 kB the server's own header limit may refuse first: with 400, or by closing
+    the connection before the client has finished sending. Never a 500."""
     with DemoServer() as server:
-        answers = {}
+        answers: dict[int, int | str] = {}
         for size in (256, 257, 10_000, 100_000):
             headers = {"x-api-key": "k" * size}
-            r = httpx.get(server.url + "/tiles/0/0/0.png", headers=headers, timeout=10)
-            answers[size] = r.status_code
+            try:
+                r = httpx.get(server.url + "/tiles/0/0/0.png", headers=headers, timeout=10)
+                answers[size] = r.status_code
+            except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
+                answers[size] = "connection closed"
+        assert server.running  # whatever it answered, the server is still up
     assert answers[256] == 200 and answers[257] == 431 and answers[10_000] == 431
-    assert answers[100_000] in (400, 431)
+    assert answers[100_000] in (400, 431, "connection closed")
 
 
 def test_http_identity_collisions_across_scopes_are_impossible():

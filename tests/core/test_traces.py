@@ -285,3 +285,21 @@ async def test_gcra_admits_a_full_burst_when_the_interval_is_not_whole(
     decisions = [await limiter.check("alice") for _ in range(limit + 1)]
     assert [d.allowed for d in decisions] == [True] * limit + [False]
     assert [d.remaining for d in decisions[:limit]] == list(range(limit - 1, -1, -1))
+
+
+def test_gcra_retry_after_is_not_a_ms_late_from_float_noise(sync_client, prefix, clock):
+    """limit 3 per 1000 ms (a 333.33 ms interval), burst 2: after 1 + 1 at t0 and 1 at
+    t0 + 334, a request of cost 2 fits again at t0 + 1000. The TAT is ~1e12 ms plus
+    float noise; Retry-After is the first ms that admits, 666, not 667."""
+    limiter = ratelimit.sync.TokenBucketLimiter(
+        sync_client, None, 3, window_ms=1000, burst=2, prefix=prefix, clock=clock
+    )
+    for offset_ms in (0, 0, 334):
+        at(clock, offset_ms)
+        assert limiter.check("alice").allowed
+    rejected = limiter.check("alice", cost=2)
+    assert not rejected.allowed and rejected.retry_after_ms == 666
+    at(clock, 334 + 665)
+    assert not limiter.check("alice", cost=2).allowed
+    at(clock, 334 + 666)
+    assert limiter.check("alice", cost=2).allowed

@@ -33,7 +33,7 @@ class TokenBucketLimiter(GcraPolicy, ReferenceLimiter):
                 remaining.append(
                     max(math.floor((now - (tat - tolerance) + EPSILON) / interval), 0)
                 )
-                retry.append(math.ceil(allow_at - now))
+                retry.append(math.ceil(allow_at - now - EPSILON))
                 reset.append(math.ceil(tat - now))
                 continue
             stored = new_tat
