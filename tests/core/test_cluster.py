@@ -31,6 +31,7 @@ from ratelimit.backends import bounded_client, parse_cluster_url
 from ratelimit.clock import ManualClock
 from ratelimit.devtools.cluster import LocalCluster
 from ratelimit.scripts import source
+from tests.core.checks import assert_policy, check, check_many, timed_check
 
 NAMES = [a.class_name for a in algorithms.ALGORITHMS]
 LIMITERS = pytest.mark.parametrize("name", NAMES)
@@ -53,19 +54,6 @@ def make_client(cluster: LocalCluster, mode: str, **kwargs: Any) -> Any:
 def make_limiter(name: str, mode: str, client: Any, *args: Any, **kwargs: Any) -> Any:
     module = ratelimit if mode == "async" else ratelimit.sync
     return getattr(module, name)(client, *args, **kwargs)
-
-
-async def check(limiter: Any, identity: str, cost: int = 1) -> Decision:
-    """One check: awaited for an asyncio limiter, in a worker thread for a sync one."""
-    if isinstance(limiter, ratelimit.sync.SyncLimiter):
-        return await asyncio.to_thread(limiter.check, identity, cost)
-    return await limiter.check(identity, cost)
-
-
-async def check_many(limiter: Any, identities: list[str], costs: Any = 1) -> list[Decision]:
-    if isinstance(limiter, ratelimit.sync.SyncLimiter):
-        return await asyncio.to_thread(limiter.check_many, identities, costs)
-    return await limiter.check_many(identities, costs)
 
 
 async def close(client: Any) -> None:
@@ -368,26 +356,6 @@ async def test_a_stalled_node_costs_at_most_the_timeout(mode, cluster, prefix):
         await close(user)
 
 
-def assert_policy(outcome: Decision | Exception, on_error: str) -> None:
-    """The failure policy `on_error` was applied, and nothing else happened."""
-    if on_error == "raise":
-        assert isinstance(outcome, RateLimiterUnavailable), outcome
-    else:
-        assert isinstance(outcome, Decision) and outcome.degraded, outcome
-        assert outcome.allowed == (on_error == "allow"), outcome
-        if not outcome.allowed:
-            assert outcome.retry_after >= 1
-
-
-async def timed(limiter: Any, identity: str) -> tuple[Decision | Exception, float]:
-    start = time.monotonic()
-    try:
-        outcome: Decision | Exception = await check(limiter, identity)
-    except RateLimiterUnavailable as exc:
-        outcome = exc
-    return outcome, time.monotonic() - start
-
-
 def flagged_failed(cluster: LocalCluster, index: int) -> bool:
     """True when every other master has flagged node `index` as FAIL (not just PFAIL)."""
     port = cluster.ports[index]
@@ -429,7 +397,7 @@ async def test_a_restarted_master(mode, cluster, clients, prefix):
             assert time.monotonic() - outage_began < RECOVERY, "the node was never flagged FAIL"
             # every limiter on every shard at once (sync ones in worker threads)
             jobs = [(on_error, who) for on_error in limiters for who in (down, *others)]
-            results = await asyncio.gather(*(timed(limiters[e], who) for e, who in jobs))
+            results = await asyncio.gather(*(timed_check(limiters[e], who) for e, who in jobs))
             for (on_error, who), (outcome, elapsed) in zip(jobs, results, strict=True):
                 assert elapsed < TIMEOUT + MARGIN, f"a check took {elapsed:.2f} s"
                 if who == down:
@@ -450,7 +418,7 @@ async def test_a_restarted_master(mode, cluster, clients, prefix):
         while True:
             # Bursts, as in production: the client re-learns the topology meanwhile.
             results = await asyncio.gather(
-                *(timed(limiters[on_error], down) for on_error in limiters for _ in range(4))
+                *(timed_check(limiters[on_error], down) for on_error in limiters for _ in range(4))
             )
             for (on_error, _), (outcome, elapsed) in zip(
                 [(e, i) for e in limiters for i in range(4)], results, strict=True

@@ -233,10 +233,10 @@ def small_fleet():
 
 
 def test_counter_on_fleet_groups_clients_by_rate(small_fleet):
-    by_class = small_fleet.by_class
-    total = by_class.loc["all clients"]
-    assert by_class.index[-1] == "all clients" and len(by_class) == 8
-    assert total["clients"] == by_class["clients"].iloc[:-1].sum() == small_fleet.clients
+    by_rate = small_fleet.by_rate
+    total = by_rate.loc["all clients"]
+    assert by_rate.index[-1] == "all clients" and len(by_rate) == 8
+    assert total["clients"] == by_rate["clients"].iloc[:-1].sum() == small_fleet.clients
     assert total["share of requests (%)"] == 100
     wrong = small_fleet.wrong["false_admits"] + small_fleet.wrong["false_rejects"]
     assert total["decided differently (%)"] == round(100 * wrong / small_fleet.requests, 4)

@@ -446,7 +446,7 @@ class CounterOnFleet:
     clients: int
     busiest: float  # the busiest client's mean rate, x limit
     wrong: dict[str, Any]  # `metrics.false_decisions` over the whole fleet
-    by_class: pd.DataFrame  # clients grouped by their rate, plus "all clients"
+    by_rate: pd.DataFrame  # clients grouped by their rate, plus "all clients"
     class_rate: pd.Series  # each class's request-weighted mean rate, x limit
 
     def summary(self) -> str:
@@ -500,7 +500,7 @@ def counter_on_fleet(
     sums = grouped[["requests", "log", "counter", "false_admits", "false_rejects"]].sum()
     sums.loc["all clients"] = sums.sum()
     wrong = sums.false_admits + sums.false_rejects
-    by_class = pd.DataFrame(
+    by_rate = pd.DataFrame(
         {
             "clients": [*grouped.size(), len(per_client)],
             "share of requests (%)": 100 * sums.requests / len(fleet),
@@ -520,7 +520,7 @@ def counter_on_fleet(
         clients=fleet.identity.nunique(),
         busiest=float(per_client["rate (x limit)"].max()),
         wrong=metrics.false_decisions(approx, exact),
-        by_class=by_class,
+        by_rate=by_rate,
         class_rate=class_rate,
     )
 
@@ -540,7 +540,7 @@ def counter_figure(
     )
     left.scatter(
         fleet.class_rate,
-        fleet.by_class["decided differently (%)"].drop("all clients"),
+        fleet.by_rate["decided differently (%)"].drop("all clients"),
         marker="s",
         color="black",
         zorder=3,
@@ -549,7 +549,7 @@ def counter_figure(
     cloudflare = f"Cloudflare (2017): {CLOUDFLARE_PERCENT}% of 400M requests"
     left.axhline(CLOUDFLARE_PERCENT, color="tab:red", linestyle="--", linewidth=1, label=cloudflare)
     left.axhline(
-        fleet.by_class.loc["all clients", "decided differently (%)"],
+        fleet.by_rate.loc["all clients", "decided differently (%)"],
         color="grey",
         linestyle=":",
         label=f"this fleet, all {fleet.requests / 1e6:.1f}M requests",
