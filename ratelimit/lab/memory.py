@@ -32,7 +32,8 @@ pipelined batches.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -102,8 +103,15 @@ def _check_measurable(client: Any) -> None:
         raise TypeError("probe needs a synchronous redis.Redis client, not redis.asyncio")
 
 
-def _unknown_command(exc: redis.exceptions.ResponseError) -> bool:
-    return "unknown command" in str(exc).lower()
+@contextmanager
+def _answered(what: str) -> Iterator[None]:
+    """A server that does not know `what` (a command) cannot be measured: say so."""
+    try:
+        yield
+    except redis.exceptions.ResponseError as exc:
+        if "unknown command" in str(exc).lower():
+            raise MemoryNotMeasurableError(f"this server does not answer {what} ({exc})") from exc
+        raise
 
 
 def _text(value: Any) -> str:
@@ -115,14 +123,8 @@ def listpack_threshold(client: Any) -> int:
     Redis 7): the most members a sorted set may hold and stay a compact listpack."""
     _check_measurable(client)
     for name in ("zset-max-listpack-entries", "zset-max-ziplist-entries"):
-        try:
+        with _answered("CONFIG GET"):
             reply = client.config_get(name)
-        except redis.exceptions.ResponseError as exc:
-            if _unknown_command(exc):
-                raise MemoryNotMeasurableError(
-                    f"this server does not answer CONFIG GET ({exc})"
-                ) from exc
-            raise
         for key, value in reply.items():
             if _text(key) == name:
                 return int(_text(value))
@@ -244,15 +246,9 @@ def probe(
                 raise RuntimeError(f"probe key holds {held} members, expected {entries}")
         else:
             _fill_constant(limiter, identity, clock, entries, start_ms)
-        try:
+        with _answered("MEMORY USAGE / OBJECT ENCODING"):
             usage = client.memory_usage(key, samples=0)
             encoding = _text(client.object("encoding", key))
-        except redis.exceptions.ResponseError as exc:
-            if _unknown_command(exc):
-                raise MemoryNotMeasurableError(
-                    f"this server does not answer MEMORY USAGE / OBJECT ENCODING ({exc})"
-                ) from exc
-            raise
         if usage is None:
             raise RuntimeError(f"probe key {key!r} vanished before it was measured")
     finally:

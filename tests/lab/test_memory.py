@@ -388,3 +388,21 @@ def test_format_bytes(n, text):
 def test_format_bytes_refuses_non_counts(bad):
     with pytest.raises(ValueError, match="non-negative number of bytes"):
         memory.format_bytes(bad)
+
+
+def test_a_server_without_the_commands_cannot_be_measured():
+    """A Redis-like server that does not know CONFIG GET (some managed services) gets a
+    clear MemoryNotMeasurableError; any other error reply goes through unchanged."""
+
+    class NoConfig(redis.Redis):
+        def __init__(self, reply: str) -> None:
+            super().__init__()
+            self.reply = reply
+
+        def config_get(self, *args, **kwargs):
+            raise redis.exceptions.ResponseError(self.reply)
+
+    with pytest.raises(MemoryNotMeasurableError, match="does not answer CONFIG GET"):
+        listpack_threshold(NoConfig("ERR unknown command 'CONFIG'"))
+    with pytest.raises(redis.exceptions.ResponseError, match="NOPERM"):
+        listpack_threshold(NoConfig("NOPERM this user has no permissions"))
