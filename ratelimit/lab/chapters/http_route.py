@@ -398,16 +398,6 @@ class ClientLoop:
         )
 
 
-def _loop(params: Mapping[str, Any]) -> ClientLoop:
-    """The client loop of `simulate`'s parameters."""
-    return ClientLoop(
-        params["client"],
-        duration_s=params["duration_s"],
-        latency_ms=params["latency_ms"],
-        hammer_retry_ms=params["hammer_retry_ms"],
-    )
-
-
 def simulate(
     *,
     limit: int = LIMIT,
@@ -425,7 +415,9 @@ def simulate(
     retries `hammer_retry_ms` later, the polite one waits `Retry-After` seconds; the
     paced one sends every `w / q` seconds of the `RateLimit-Policy` it was sent.
     """
-    loop = _loop(locals())  # the parameters: nothing else is bound yet
+    loop = ClientLoop(
+        client, duration_s=duration_s, latency_ms=latency_ms, hammer_retry_ms=hammer_retry_ms
+    )
     clock = ManualClock()
     model = algorithms.SLIDING_LOG.limiter_class("reference")
     limiter = model(window_s, limit, clock=clock)
@@ -441,7 +433,8 @@ def simulate(
 async def run_over_http(**params: Any) -> ClientRun:
     """The same client as `simulate`, against a fresh demo app in this process, whose
     limiter reads a virtual clock that the loop moves: every request a 500 m look-up."""
-    loop = _loop(params)
+    timing = ("duration_s", "latency_ms", "hammer_retry_ms")
+    loop = ClientLoop(params["client"], **{name: params[name] for name in timing})
     client, clock = params["client"], ManualClock()
     app = demo_app(clock=clock, limit=params["limit"], window_s=params["window_s"])
     async with in_process(app) as http:
