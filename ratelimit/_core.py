@@ -50,7 +50,11 @@ class LimiterBase(Policy):
         self._host_clock = self.clock is clocks.DEFAULT
         self._window_arg = str(self.window_ms).encode()
         self._limit_arg = str(self.limit).encode()
-        self._argv_tail = tuple(str(v).encode() for v in (self.ttl_slack_ms, *self.extra_args()))
+        tail = (self.ttl_slack_ms, self.state_ttl_ms() + self.ttl_slack_ms, *self.extra_args())
+        self._argv_tail = tuple(str(v).encode() for v in tail)
+        # The radixes of a one-integer reply (lua/prelude.lua).
+        self._limit_base = self.max_remaining() + 1
+        self._retry_base = 2 * self.window_ms + 1
 
     def _rebuild(self, options: dict[str, Any]) -> Any:
         return type(self)(self.redis, **options)
@@ -109,7 +113,17 @@ class LimiterBase(Policy):
                 )
         return [self._prepare(who, cost) for who, cost in zip(identities, costs, strict=True)]
 
-    def _decision(self, reply: list[int]) -> Decision:
+    def _decision(self, reply: int | list[int], now: Any = None) -> Decision:
+        """The `Decision` in a script's reply; `now` is the time the check sent (its
+        ARGV[1]), the decision time of a reply that is one integer."""
+        if type(reply) is int:
+            # One integer: see "reply" in lua/prelude.lua.
+            if reply >= 0:
+                reset, remaining = divmod(reply, self._limit_base)
+                return Decision(True, self.limit, remaining, 0, reset, decided_at_ms=now)
+            rest, remaining = divmod(-1 - reply, self._limit_base)
+            reset, retry = divmod(rest, self._retry_base)
+            return Decision(False, self.limit, remaining, retry, reset, decided_at_ms=now)
         allowed, remaining, retry_after_ms, reset_after_ms = (int(v) for v in reply[:4])
         return Decision(
             allowed=bool(allowed),

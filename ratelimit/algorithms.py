@@ -4,6 +4,7 @@
     algorithms.get("log").label                     # "sliding log"
     algorithms.get("gcra").limiter_class("sync")    # ratelimit.sync.TokenBucketLimiter
     [a.name for a in algorithms.ALGORITHMS]         # ["log", "fw", "swc", "gcra"]
+    algorithms.log_storage("compact").name          # "logc": the log's second storage
 
 Each `Algorithm` names its tag in Redis keys, its label in tables and figures, its Lua
 script, whether it is exact, whether the near-cache may answer for it, and how many
@@ -15,8 +16,11 @@ Redis commands its script issues per check. The limiter classes carry the same n
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from . import validation
 
 Kind = Literal["async", "sync", "reference"]
 
@@ -49,6 +53,11 @@ class Algorithm:
     # None (never), "same cost", or "same or larger cost".
     near_cache: str | None = None
     max_limit: int = 10**9
+    # Raises ValueError for (window_ms, limit) the script cannot handle exactly.
+    check_range: Callable[[int, int], None] | None = None
+    # How many windows a check's state can matter for, from the time it was written
+    # (the key's TTL, before any slack; GCRA's depends on its burst, see policy.py).
+    ttl_windows: int = 1
 
     def limiter_class(self, kind: Kind = "async") -> type[Any]:
         """This algorithm's limiter: "async" (`ratelimit`), "sync" (`ratelimit.sync`) or
@@ -65,8 +74,13 @@ SLIDING_LOG_MAX_LIMIT = 1_000_000
 # Commands counted per path in ratelimit/lua/*.lua (tests hold them to INFO commandstats):
 #   log   admit:  ZRANGE (newest entry), ZCOUNT, ZREMRANGEBYSCORE, ZADD NX (one per unit of
 #                 cost), PEXPIRE          reject: ZRANGE, ZCOUNT, ZRANGEBYSCORE (oldest blocker)
-#   fw    admit:  HMGET, HSET, PEXPIRE    reject: HMGET
-#   swc   admit:  HMGET, HSET, PEXPIRE    reject: HMGET
+#   logc  admit:  HGET (the head), HSET, PEXPIRE    reject: HGET; more once entries have
+#                 left the window of a log longer than one chunk: HGET of the tail chunk
+#                 (and of chunks between, a binary search after a long pause), HDEL of
+#                 chunks left behind, DEL when all have left
+#   fw    admit:  INCRBY, PEXPIRE (or SET with PX when it opens a window)
+#                                         reject: INCRBY, DECRBY
+#   swc   admit:  GET, SET (with PX)      reject: GET
 #   gcra  admit:  GET, SET (with PX)      reject: GET
 # The log's ZADD NX is repeated when its probe hits a taken member slot: rare (at most
 # 10**6 members in 2**23 slots), and not counted.
@@ -76,27 +90,46 @@ SLIDING_LOG = Algorithm("log", "sliding log", "sliding_log", "SlidingWindowLimit
                         exact=True, commands=ScriptCommands(5, 1, 3), near_cache="same cost",
                         max_limit=SLIDING_LOG_MAX_LIMIT)  # fmt: skip
 FIXED_WINDOW = Algorithm("fw", "fixed window", "fixed_window", "FixedWindowLimiter",
-                         exact=False, commands=ScriptCommands(3, 0, 1),
-                         near_cache="same or larger cost")  # fmt: skip
+                         exact=False, commands=ScriptCommands(2, 0, 2),
+                         near_cache="same or larger cost",
+                         check_range=validation.fixed_window_range)  # fmt: skip
 SLIDING_WINDOW_COUNTER = Algorithm("swc", "sliding-window counter", "sliding_window_counter",
                                    "SlidingWindowCounterLimiter", exact=False,
-                                   commands=ScriptCommands(3, 0, 1))  # fmt: skip
+                                   commands=ScriptCommands(2, 0, 1),
+                                   ttl_windows=2)  # fmt: skip
 GCRA = Algorithm("gcra", "GCRA (token bucket)", "gcra", "TokenBucketLimiter",
                  exact=False, commands=ScriptCommands(2, 0, 1))  # fmt: skip
 
 ALGORITHMS: tuple[Algorithm, ...] = (SLIDING_LOG, FIXED_WINDOW, SLIDING_WINDOW_COUNTER, GCRA)
 NAMES: tuple[str, ...] = tuple(a.name for a in ALGORITHMS)
 
+# The sliding log kept compactly (lua/compact_log.lua): the same decisions as
+# SLIDING_LOG, about 6 bytes per admitted unit instead of a sorted-set member.
+COMPACT_LOG = Algorithm("logc", "sliding log (compact)", "compact_log", "SlidingWindowLimiter",
+                        exact=True, commands=ScriptCommands(3, 0, 1), near_cache="same cost",
+                        max_limit=SLIDING_LOG_MAX_LIMIT)  # fmt: skip
+# Where `SlidingWindowLimiter(..., storage=...)` keeps its log.
+LOG_STORAGES: dict[str, Algorithm] = {"sorted-set": SLIDING_LOG, "compact": COMPACT_LOG}
+DEFAULT_LOG_STORAGE = "sorted-set"
+
+
+def log_storage(storage: Any) -> Algorithm:
+    """The sliding log's algorithm entry for `storage`; ValueError for anything else."""
+    if isinstance(storage, str) and storage in LOG_STORAGES:
+        return LOG_STORAGES[storage]
+    raise ValueError(f"storage must be one of {', '.join(LOG_STORAGES)}, got {storage!r}")
+
 
 def get(spec: Any) -> Algorithm:
     """An algorithm from its tag ("log", "fw", "swc", "gcra"), an `Algorithm`, or a
     limiter class or instance of any flavour; ValueError for anything else."""
+    known = (*ALGORITHMS, COMPACT_LOG)
     if isinstance(spec, str):
-        for a in ALGORITHMS:
+        for a in known:
             if spec == a.name:
                 return a
     else:
         found = getattr(spec, "algorithm", spec)
-        if found in ALGORITHMS:
+        if found in known:
             return found
     raise ValueError(f"unknown algorithm {spec!r}: give one of {', '.join(NAMES)}")

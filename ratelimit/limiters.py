@@ -4,7 +4,9 @@
     decision = await limiter.check("api-key-123")     # cost=1
     if not decision.allowed: ... decision.retry_after ...
 
-Each check is one Lua script call (`ratelimit/lua/`), atomic in Redis.
+Each check is one Lua script call (`ratelimit/lua/`), atomic in Redis. Checks made on
+one client in the same turn of the event loop are sent together, as one pipeline
+(`ratelimit.autopipeline`); `auto_pipeline=False` sends each on its own.
 """
 
 from __future__ import annotations
@@ -15,15 +17,27 @@ from typing import Any
 
 import redis.exceptions
 
-from . import algorithms
+from . import algorithms, autopipeline
 from ._core import UNAVAILABLE, LimiterBase
 from .cluster_client import cluster_batch_async, is_cluster
 from .decision import Decision
-from .policy import GcraPolicy
+from .policy import GcraPolicy, LogPolicy
 
 
 class AsyncLimiter(LimiterBase):
-    """Shared `check` for the asyncio limiters."""
+    """Shared `check` for the asyncio limiters.
+
+    `auto_pipeline=True` (the default): concurrent checks on the same client share
+    round trips (see `ratelimit.autopipeline`); False sends each check on its own.
+    """
+
+    def __init__(self, redis: Any, *args: Any, auto_pipeline: bool = True, **kwargs: Any) -> None:
+        if not isinstance(auto_pipeline, bool):
+            raise ValueError(f"auto_pipeline must be True or False, got {auto_pipeline!r}")
+        super().__init__(redis, *args, **kwargs)
+        self._options["auto_pipeline"] = auto_pipeline
+        self.auto_pipeline = auto_pipeline
+        self._batcher = autopipeline.for_client(redis) if auto_pipeline else None
 
     async def check(self, identity: str | bytes, cost: int = 1) -> Decision:
         """Admit or reject one request of `cost` units for `identity`.
@@ -37,14 +51,18 @@ class AsyncLimiter(LimiterBase):
             cached, sent = self._cached(keys, args)
             if cached is not None:
                 return cached  # a rejection Redis gave still stands: no round trip
+        batcher = self._batcher
         try:
             async with asyncio.timeout(self.timeout):
-                reply = await self._run(keys, args)
+                if batcher is None or batcher.alone():
+                    reply = await self._run(keys, args)
+                else:  # the batch's flush applies _run's retry and NOSCRIPT rules
+                    reply = await batcher.submit(self, keys, args)
         except TimeoutError as exc:
             return self._unavailable(exc, f"no answer from Redis within {self.timeout} s")
         except UNAVAILABLE as exc:
             return self._unavailable(exc)
-        decision = self._decision(reply)
+        decision = self._decision(reply, args[0])
         if self.near_cache is not None:
             self._learn(keys, args, decision, sent)
         return decision
@@ -70,7 +88,10 @@ class AsyncLimiter(LimiterBase):
             return [self._unavailable(exc, what) for _ in batch]
         except UNAVAILABLE as exc:
             return [self._unavailable(exc) for _ in batch]
-        return [self._decision(reply) for reply in replies]
+        return [
+            self._decision(reply, args[0])
+            for reply, (_, args) in zip(replies, batch, strict=True)
+        ]
 
     async def _run_many(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
         try:
@@ -121,10 +142,9 @@ class AsyncLimiter(LimiterBase):
             return await client.eval(self._script.script, len(keys), *keys, *args)
 
 
-class SlidingWindowLimiter(AsyncLimiter):
-    """Sliding-window log: exact; one sorted-set member per admitted unit of cost."""
-
-    algorithm = algorithms.SLIDING_LOG
+class SlidingWindowLimiter(LogPolicy, AsyncLimiter):
+    """Sliding-window log: exact. `storage="sorted-set"` (the default) keeps one
+    sorted-set member per admitted unit of cost; `storage="compact"` about 6 bytes."""
 
 
 class FixedWindowLimiter(AsyncLimiter):

@@ -15,8 +15,8 @@ import binascii
 import hashlib
 from typing import Any, ClassVar, Self
 
+from . import algorithms, keys, validation
 from . import clock as clocks
-from . import keys, validation
 from .algorithms import Algorithm
 
 VIRTUAL_CLOCK_TTL_SLACK_MS = 3_600_000
@@ -25,7 +25,7 @@ VIRTUAL_CLOCK_TTL_SLACK_MS = 3_600_000
 _FIXED = frozenset(
     {
         "algorithm", "window_ms", "limit", "prefix", "clock", "on_error", "timeout",
-        "readable_keys", "ttl_slack_ms", "burst", "redis", "near_cache",
+        "readable_keys", "ttl_slack_ms", "burst", "redis", "near_cache", "auto_pipeline",
     }
 )  # fmt: skip
 
@@ -67,6 +67,8 @@ class Policy:
         }
         self.window_ms = self._options["window_ms"]
         self.limit = validation.limit(limit, self.algorithm.max_limit)
+        if self.algorithm.check_range is not None:
+            self.algorithm.check_range(self.window_ms, self.limit)
         self.prefix = validation.prefix(prefix)
         self.clock = clocks.validate(clock)
         self.on_error = validation.on_error(on_error)
@@ -107,7 +109,8 @@ class Policy:
 
         Takes the constructor's keyword options (`window_seconds` or `window_ms`,
         `limit`, `prefix`, `clock`, `on_error`, `timeout`, `readable_keys`,
-        `key_secret`, `ttl_slack_ms`, and `burst` or `near_cache` where they apply).
+        `key_secret`, `ttl_slack_ms`, and `burst`, `storage`, `near_cache` or
+        `auto_pipeline` where they apply).
         A Redis limiter's copy talks to the same client with a near-cache of its own.
         """
         options = dict(self._options)
@@ -154,11 +157,40 @@ class Policy:
         """Script arguments beyond the common ones (see lua/prelude.lua)."""
         return ()
 
+    def state_ttl_ms(self) -> int:
+        """How long the state a check writes at its own time can matter (the key's TTL
+        before slack): sent with every check, so scripts need not format a number."""
+        return self.window_ms * self.algorithm.ttl_windows
+
+    def max_remaining(self) -> int:
+        """The largest `remaining` a decision can carry."""
+        return self.limit
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(limit={self.limit}, window_ms={self.window_ms}, "
             f"prefix={self.prefix!r})"
         )
+
+
+class LogPolicy(Policy):
+    """The sliding log's extra option: where its entries live (`storage`, one of
+    `algorithms.LOG_STORAGES`). Both storages decide alike; their keys differ."""
+
+    # The default storage's; an instance built with another storage carries its own.
+    algorithm = algorithms.LOG_STORAGES[algorithms.DEFAULT_LOG_STORAGE]
+
+    def __init__(
+        self, *args: Any, storage: str = algorithms.DEFAULT_LOG_STORAGE, **kwargs: Any
+    ) -> None:
+        # Set before the common options, which read the algorithm's limits.
+        object.__setattr__(self, "algorithm", algorithms.log_storage(storage))
+        super().__init__(*args, **kwargs)
+        self._options["storage"] = storage
+
+    @property
+    def storage(self) -> str:
+        return next(k for k, a in algorithms.LOG_STORAGES.items() if a is self.algorithm)
 
 
 class GcraPolicy(Policy):
@@ -180,6 +212,14 @@ class GcraPolicy(Policy):
 
     def extra_args(self) -> tuple[int, ...]:
         return (self.burst,)
+
+    def state_ttl_ms(self) -> int:
+        # The TAT is at most the tolerance (window * burst / limit) ahead of the time
+        # it was written.
+        return -(-self.window_ms * self.burst // self.limit)
+
+    def max_remaining(self) -> int:
+        return max(self.limit, self.burst)
 
     def validate_cost(self, cost: Any) -> int:
         cost = super().validate_cost(cost)

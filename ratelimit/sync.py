@@ -18,7 +18,7 @@ from ._core import UNAVAILABLE, LimiterBase
 from .backends import bounded_client, connect_sync
 from .cluster_client import cluster_batch, is_cluster
 from .decision import Decision
-from .policy import GcraPolicy
+from .policy import GcraPolicy, LogPolicy
 
 RETRY_WITHIN = 0.1  # share of the timeout within which a failed attempt is retried
 
@@ -49,7 +49,7 @@ class SyncLimiter(LimiterBase):
             reply = self._run(keys, args)
         except UNAVAILABLE as exc:
             return self._unavailable(exc)
-        decision = self._decision(reply)
+        decision = self._decision(reply, args[0])
         if self.near_cache is not None:
             self._learn(keys, args, decision, sent)
         return decision
@@ -66,7 +66,10 @@ class SyncLimiter(LimiterBase):
             replies = self._run_many(batch)
         except UNAVAILABLE as exc:
             return [self._unavailable(exc) for _ in batch]
-        return [self._decision(reply) for reply in replies]
+        return [
+            self._decision(reply, args[0])
+            for reply, (_, args) in zip(replies, batch, strict=True)
+        ]
 
     def _run_many(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
         started = time.monotonic()
@@ -118,10 +121,9 @@ class SyncLimiter(LimiterBase):
             return client.eval(self._script.script, len(keys), *keys, *args)
 
 
-class SlidingWindowLimiter(SyncLimiter):
-    """Sliding-window log: exact; one sorted-set member per admitted unit of cost."""
-
-    algorithm = algorithms.SLIDING_LOG
+class SlidingWindowLimiter(LogPolicy, SyncLimiter):
+    """Sliding-window log: exact. `storage="sorted-set"` (the default) keeps one
+    sorted-set member per admitted unit of cost; `storage="compact"` about 6 bytes."""
 
 
 class FixedWindowLimiter(SyncLimiter):

@@ -135,3 +135,18 @@ def count(name: str, value: Any, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def fixed_window_range(window_ms: int, limit: int) -> None:
+    """ValueError when lua/fixed_window.lua could confuse two windows under these options.
+
+    The script keeps window numbers modulo P = floor(2**53 / (2 * limit + 1)), so two
+    windows P/2 or more apart look alike; that span must exceed a year (no key, clock
+    skew or replay lasts longer). Only rates above about 70 million per second fail.
+    """
+    span_ms = (2**53 // (2 * limit + 1)) * window_ms // 2
+    if span_ms < MAX_WINDOW_MS:
+        raise ValueError(
+            f"a fixed window of {limit} per {window_ms} ms is beyond what the script can "
+            "count exactly; use a longer window or a smaller limit"
+        )

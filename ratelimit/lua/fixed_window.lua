@@ -1,23 +1,38 @@
 -- Fixed window: one counter per identity for the current aligned window
 -- [k * window, (k + 1) * window). Counts admitted cost only.
--- key: a hash, w = window number, n = cost admitted in it.
--- key, now, window, limit and cost come from prelude.lua.
+-- key: a string holding one integer, (window number mod P) * M + cost admitted in it,
+-- so that the usual check is INCRBY + PEXPIRE, the work of the plainest Redis counter.
+-- M = 2 * limit + 1: adding a cost (<= limit) to a count (<= limit) never carries into
+-- the window digits. P = floor(2^53 / M) keeps the integer exact in a Lua double;
+-- windows P/2 or more apart would be confused, so policy.py refuses the (extreme)
+-- options under which that spans less than a year of time.
+-- key, now, window, limit, cost and ttl (one window, plus slack) come from prelude.lua.
 
+local M = 2 * limit + 1
+local P = math.floor(9007199254740992 / M)
 local number = math.floor(now / window)
+local stored = redis.call('INCRBY', key, cost)
+local stored_number = math.floor(stored / M)
+-- How many windows the stored count is behind this request's window.
+local behind = (number % P - stored_number) % P
+
+if stored == cost or (behind ~= 0 and behind < P / 2) then
+  -- A new key, or a count from an earlier window: this request opens its window.
+  local reset = (number + 1) * window - now
+  redis.call('SET', key, number % P * M + cost, 'PX', ttl)
+  return reply(1, limit - cost, 0, reset, now)
+end
+
+-- The stored window never moves backwards: a request stamped before it (its host's
+-- clock is behind the one that opened the window) counts in the stored window.
+if behind ~= 0 then number = number + P - behind end
+local used = stored - stored_number * M -- including this request's cost
 local reset = (number + 1) * window - now
-local stored = redis.call('HMGET', key, 'w', 'n')
-local used = 0
-if tonumber(stored[1]) == number then
-  used = tonumber(stored[2])
-end
-
-if used + cost > limit then
+if used > limit then
   -- The next window starts empty, and cost <= limit, so it fits then.
-  local remaining = limit - used
-  if remaining < 0 then remaining = 0 end
-  return {0, remaining, reset, reset, now}
+  redis.call('DECRBY', key, cost)
+  return reply(0, limit - used + cost, reset, reset, now)
 end
-
-redis.call('HSET', key, 'w', number, 'n', used + cost)
-redis.call('PEXPIRE', key, reset + ttl_slack)
-return {1, limit - used - cost, 0, reset, now}
+-- A late request's window ends more than a window from now: its own TTL, then.
+redis.call('PEXPIRE', key, behind == 0 and ttl or reset + ttl_slack)
+return reply(1, limit - used, 0, reset, now)

@@ -3,7 +3,7 @@
 -- One sorted set per identity; each admitted unit of cost is one member whose score
 -- is the request time in ms. Redis runs the whole script without interleaving other
 -- clients, so trim, count and add are one indivisible step.
--- key, now, window, limit and cost come from prelude.lua.
+-- key, now, window, limit, cost and ttl come from prelude.lua.
 
 -- The log's time never runs backwards. A request can reach Redis after one stamped
 -- later (it waited in a client queue, or its host's clock is behind), and by then
@@ -11,7 +11,8 @@
 -- So the request is decided and recorded at `at`, the later of its own time and the
 -- newest entry: every admission then sees every entry that shares a window with it,
 -- and no rolling window of recorded times ever holds more than the limit.
-local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] or now)
+local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+newest = newest and newest + 0 or now
 local at = now
 if newest > at then at = newest end
 -- An entry stamped at s is in the window while s > at - window.
@@ -27,7 +28,7 @@ if count + cost > limit then
     'LIMIT', count + cost - limit - 1, 1)
   local remaining = limit - count
   if remaining < 0 then remaining = 0 end
-  return {0, remaining, tonumber(blocking[2]) + window - now, newest + window - now, at}
+  return reply(0, remaining, blocking[2] + window - now, newest + window - now, at)
 end
 
 -- Every entry is at or before `at`, so after this trim the set is exactly the window.
@@ -56,5 +57,5 @@ end
 
 -- The key lives until its newest entry, stamped `at`, leaves the window.
 local reset = at + window - now
-redis.call('PEXPIRE', key, reset + ttl_slack)
-return {1, limit - count - cost, 0, reset, at}
+redis.call('PEXPIRE', key, at == now and ttl or reset + ttl_slack)
+return reply(1, limit - count - cost, 0, reset, at)

@@ -33,7 +33,8 @@ from ratelimit.devtools.cluster import LocalCluster
 from ratelimit.scripts import source
 from tests.core.checks import assert_policy, check, check_many, timed_check
 
-NAMES = [a.class_name for a in algorithms.ALGORITHMS]
+# Every limiter class, and the sliding log's compact storage ("<class>/<storage>").
+NAMES = [a.class_name for a in algorithms.ALGORITHMS] + ["SlidingWindowLimiter/compact"]
 LIMITERS = pytest.mark.parametrize("name", NAMES)
 MODES = pytest.mark.parametrize("mode", ["async", "sync"])
 
@@ -53,6 +54,9 @@ def make_client(cluster: LocalCluster, mode: str, **kwargs: Any) -> Any:
 
 def make_limiter(name: str, mode: str, client: Any, *args: Any, **kwargs: Any) -> Any:
     module = ratelimit if mode == "async" else ratelimit.sync
+    name, _, storage = name.partition("/")
+    if storage:
+        kwargs["storage"] = storage
     return getattr(module, name)(client, *args, **kwargs)
 
 
@@ -250,8 +254,9 @@ async def test_check_many_decides_like_a_sequence(name, mode, cluster, clients, 
 
 def test_every_script_touches_one_key_only():
     """No script names a second key: KEYS[1] is the only one, so one slot."""
-    for name in NAMES:
-        script = source(getattr(ratelimit, name).algorithm.script)
+    for algorithm in (*algorithms.ALGORITHMS, algorithms.COMPACT_LOG):
+        script = source(algorithm.script)
+        name = algorithm.name
         assert set(re.findall(r"KEYS\[(\d+)\]", script)) == {"1"}, name
         assert "redis.call('KEYS'" not in script and "SCAN" not in script
 

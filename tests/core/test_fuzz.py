@@ -39,7 +39,11 @@ from ratelimit import algorithms, keys
 from ratelimit.clock import ManualClock
 from ratelimit.lab import reference
 
-NAMES = [a.class_name for a in algorithms.ALGORITHMS]
+# Every limiter class, and the sliding log in each of its storages ("<class>/<storage>").
+NAMES = [a.class_name for a in algorithms.ALGORITHMS] + [
+    f"SlidingWindowLimiter/{storage}" for storage in algorithms.LOG_STORAGES
+    if algorithms.LOG_STORAGES[storage] is not algorithms.SLIDING_LOG
+]
 EXCERPT = r"[A-Za-z0-9._@%-]{1," + str(keys.READABLE_CHARS) + "}"
 TAG = r"\{(?P<tag>[A-Za-z0-9_-]{22})\}"
 SLACK_MS = 600_000  # real-time expiry must not cut a replay short
@@ -59,6 +63,9 @@ _UNUSED = fakeredis.FakeAsyncRedis()  # key_for sends nothing
 
 def limiter(name: str, **options: Any) -> Any:
     """A Redis limiter, for its keys (nothing is sent)."""
+    name, _, storage = name.partition("/")
+    if storage:
+        options["storage"] = storage
     return getattr(ratelimit, name)(_UNUSED, 1, 10, **options)
 
 
@@ -227,7 +234,8 @@ class World:
     def __init__(self, name: str, scenario: dict[str, Any], make_client: Callable) -> None:
         self.clock = ManualClock()
         self.run_id = uuid.uuid4().hex[:10]
-        options = scenario["options"]
+        name, _, storage = name.partition("/")
+        options = {**scenario["options"], **({"storage": storage} if storage else {})}
         self.models = [
             getattr(reference, name)(clock=self.clock, **options) for _ in range(2)
         ]

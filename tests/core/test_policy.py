@@ -145,4 +145,9 @@ def test_sliding_log_limit_is_capped_where_its_members_stay_sane():
     assert ratelimit.SlidingWindowLimiter(client, 1, 1_000_000).limit == 1_000_000
     with pytest.raises(ValueError, match="limit must be <= 1000000"):
         ratelimit.SlidingWindowLimiter(client, 1, 1_000_001)
-    assert ratelimit.FixedWindowLimiter(client, 1, 10**9).limit == 10**9
+    assert ratelimit.FixedWindowLimiter(client, 86_400, 10**9).limit == 10**9
+    # The fixed window's script keeps window numbers modulo a bound set by the limit:
+    # past about 70 million per second it could confuse windows a year apart.
+    assert ratelimit.FixedWindowLimiter(client, 1, 7 * 10**7).limit == 7 * 10**7
+    with pytest.raises(ValueError, match="fixed window of 80000000 per 1000 ms is beyond"):
+        ratelimit.FixedWindowLimiter(client, 1, 8 * 10**7)

@@ -54,6 +54,18 @@ FIXED_WINDOW = [
     (3500, 4, N, 3, 500, 500),
 ]
 
+# Fixed window, 5 per 1000 ms, with late requests (stamped before the stored window, as
+# from a host whose clock is behind): the stored window never moves backwards, so a late
+# request counts in it and waits for its end.
+FIXED_WINDOW_LATE = [
+    (1500, 3, Y, 2, 0, 500),  # window 1: used 3
+    (900, 1, Y, 1, 0, 1100),  # late: counts in window 1 (used 4), which ends at 2000
+    (950, 2, N, 1, 1050, 1050),  # 4 + 2 > 5 in window 1: wait for 2000
+    (1999, 1, Y, 0, 0, 1),  # used 5
+    (2000, 5, Y, 0, 0, 1000),  # window 2: a new, empty window
+    (1999, 1, N, 0, 1001, 1001),  # late into the full window 2, which ends at 3000
+]
+
 # Sliding-window counter, 10 per 1000 ms: estimate = prev * (1000 - elapsed) / 1000 + cur.
 # Rejected: remaining = floor(10 - estimate), retry = first whole ms the request fits.
 # reset = end of the window after the current one while cur > 0, else end of this one.
@@ -102,7 +114,9 @@ GCRA_BURST_2 = [
 # Trace name -> (algorithm tag, limiter options, the hand-computed table).
 TRACES = {
     "log": ("log", {"limit": 5}, SLIDING_LOG),
+    "log_compact": ("log", {"limit": 5, "storage": "compact"}, SLIDING_LOG),
     "fw": ("fw", {"limit": 5}, FIXED_WINDOW),
+    "fw_late": ("fw", {"limit": 5}, FIXED_WINDOW_LATE),
     "swc": ("swc", {"limit": 10}, SLIDING_WINDOW_COUNTER),
     "gcra": ("gcra", {"limit": 10}, GCRA),
     "gcra_burst_2": ("gcra", {"limit": 10, "burst": 2}, GCRA_BURST_2),

@@ -61,10 +61,13 @@ def small_table() -> pd.DataFrame:
         ("log", True, 3, 7),  # one ZADD per unit of cost
         ("log", False, 1, 3),
         ("log", False, 7, 3),  # a rejection writes nothing, whatever the cost
-        ("fw", True, 1, 3),
-        ("fw", True, 5, 3),
-        ("fw", False, 1, 1),
-        ("swc", True, 1, 3),
+        ("logc", True, 1, 3),  # HGET, HSET, PEXPIRE
+        ("logc", True, 40, 3),
+        ("logc", False, 1, 1),
+        ("fw", True, 1, 2),  # INCRBY, then PEXPIRE (or SET when it opens a window)
+        ("fw", True, 5, 2),
+        ("fw", False, 1, 2),  # INCRBY, then DECRBY to take it back
+        ("swc", True, 1, 2),
         ("swc", False, 2, 1),
         ("gcra", True, 1, 2),
         ("gcra", True, 4, 2),
@@ -80,8 +83,9 @@ def test_mean_script_commands_weights_the_two_paths():
     assert mean_script_commands("log", 0.5) == 4.0  # (5 + 3) / 2
     assert mean_script_commands("log", 1.0, 2.0) == 6.0  # 5 + one more ZADD
     assert mean_script_commands("gcra", 0.25) == 1.25  # 0.25 * 2 + 0.75 * 1
-    assert mean_script_commands("fw", 0.0) == 1.0
-    assert mean_script_commands("swc", 1.0, redis_clock=True) == 4.0
+    assert mean_script_commands("fw", 0.0) == 2.0  # a rejection takes its INCRBY back
+    assert mean_script_commands("swc", 0.0) == 1.0
+    assert mean_script_commands("swc", 1.0, redis_clock=True) == 3.0
 
 
 @pytest.mark.parametrize(

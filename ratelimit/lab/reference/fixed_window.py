@@ -10,7 +10,8 @@ from .base import Outcome, ReferenceLimiter
 
 
 class FixedWindowLimiter(ReferenceLimiter):
-    """One counter per aligned window; counts admitted cost only."""
+    """One counter per aligned window; counts admitted cost only. The stored window
+    never moves backwards: a request stamped before it counts in it."""
 
     algorithm = algorithms.FIXED_WINDOW
 
@@ -20,6 +21,8 @@ class FixedWindowLimiter(ReferenceLimiter):
         allowed, remaining, retry, reset = [], [], [], []
         for now, cost in zip(times_ms, costs, strict=True):
             number = math.floor(now / window)  # float division, as in Lua
+            if stored is not None and stored > number:
+                number = stored  # a late request (its clock is behind) counts there
             until_next = (number + 1) * window - now
             used = used_in_stored if stored == number else 0
             if used + cost > limit:

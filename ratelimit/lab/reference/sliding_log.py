@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from ratelimit import algorithms
+from ratelimit.policy import LogPolicy
 
 from .base import Outcome, ReferenceLimiter
 
 
-class SlidingWindowLimiter(ReferenceLimiter):
+class SlidingWindowLimiter(LogPolicy, ReferenceLimiter):
     """Exact: admits while the cost stamped in (at - window, at] stays within the limit,
-    where `at` is the later of the request's time and the newest stamp."""
-
-    algorithm = algorithms.SLIDING_LOG
+    where `at` is the later of the request's time and the newest stamp. `storage` is
+    accepted for parity with the Redis limiters; both storages decide like this."""
 
     def run(self, identity: bytes, times_ms: list[int], costs: list[int]) -> Outcome:
         window, limit = self.window_ms, self.limit

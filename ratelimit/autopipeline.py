@@ -1,0 +1,287 @@
+"""Auto-pipelining: the checks made on one client in one event-loop turn share a round trip.
+
+In an asyncio service many `await limiter.check(...)` are in flight at once. Rather
+than one EVALSHA round trip each, the checks issued on the same client during one
+turn of the event loop are queued, and a task started for them sends them on the
+next turn as ONE non-transactional pipeline (as ioredis's `enableAutoPipelining`);
+on a Redis Cluster, one pipeline per node. Limiters of any algorithm on the same
+client share the batch. Nothing waits on a timer, and a check that nothing else can
+join (no other callback is ready to run in its turn) is sent at once, as a lone
+EVALSHA, exactly as without auto-pipelining.
+
+Each check keeps its own reply, its own timeout and its own failure policy (the
+limiter's `check` applies them around the future it awaits). Decisions are those of
+the same checks in sequence: Redis runs a pipeline's scripts one after another in
+the order they were queued, which is the order the checks were made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import weakref
+from typing import Any
+
+import redis.exceptions
+
+from .cluster_client import cluster_batch_async, is_cluster
+
+# At most this many checks per pipeline: a larger turn sends several. Bounds the memory
+# of one batch and the size of one write.
+MAX_BATCH = 1000
+
+# One queued check: (limiter, KEYS, ARGV, the future its caller awaits).
+Entry = tuple[Any, list[Any], list[Any], asyncio.Future]
+
+
+class _Batch:
+    __slots__ = ("loop", "entries", "deadline")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.entries: list[Entry] = []
+        self.deadline = 0.0  # loop time by which every caller has given up
+
+
+class AutoPipeline:
+    """The open batch of one client and the flushes in flight. Holds no reference to
+    the client (the registry below is keyed weakly on it): each queued check brings
+    its limiter, and the limiter its client."""
+
+    def __init__(self, cluster: bool) -> None:
+        self._cluster = cluster
+        self._open: _Batch | None = None
+        self._flushing: set[asyncio.Task] = set()  # strong references while they run
+
+    def alone(self) -> bool:
+        """True when a check made now would be a batch of one, so it may be sent at
+        once, exactly as without auto-pipelining: no batch is open, and no other
+        callback is ready to run in this turn of the loop, so none could join it.
+        (`_ready` is asyncio's run queue; a loop without one always batches.)"""
+        loop = asyncio.get_running_loop()
+        batch = self._open
+        if batch is not None and batch.loop is loop:
+            return False
+        ready = getattr(loop, "_ready", None)
+        return ready is not None and not ready
+
+    def submit(self, limiter: Any, keys: list[Any], args: list[Any]) -> asyncio.Future:
+        """Queue one script call; the future gets the script's raw reply or the error
+        that stopped it."""
+        loop = asyncio.get_running_loop()
+        batch = self._open
+        if batch is None or batch.loop is not loop:  # (a batch of a closed loop is dead)
+            batch = self._open = _Batch(loop)
+            # A task's first step runs on the next turn, after every callback already
+            # queued for this one: the checks they make join this batch.
+            task = loop.create_task(self._flush(batch))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+        future = loop.create_future()
+        batch.entries.append((limiter, keys, args, future))
+        deadline = loop.time() + limiter.timeout
+        if deadline > batch.deadline:
+            batch.deadline = deadline
+        if len(batch.entries) >= MAX_BATCH:
+            self._open = None  # full: the next check opens another batch
+        return future
+
+    async def _flush(self, batch: _Batch) -> None:
+        if self._open is batch:
+            self._open = None
+        # A caller that gave up (timeout, cancellation) before the send is left out:
+        # its request is never counted.
+        entries = [e for e in batch.entries if not e[3].done()]
+        if not entries:
+            return
+        try:
+            # Past the last caller's deadline nobody waits for an answer: stop, and
+            # free the connection (a client without socket timeouts would hang).
+            async with asyncio.timeout_at(batch.deadline):
+                if len(entries) == 1:
+                    await _single(entries[0])
+                elif self._cluster:
+                    await _cluster(entries)
+                else:
+                    await _plain(entries)
+        except asyncio.CancelledError:
+            for entry in entries:
+                entry[3].cancel()
+            raise
+        except Exception as exc:  # each caller's failure policy decides
+            for entry in entries:
+                _settle(entry[3], exc)
+
+
+def _settle(future: asyncio.Future, reply: Any) -> None:
+    """Hand a reply (or an error) to a caller that still waits."""
+    if future.done():
+        return
+    if isinstance(reply, BaseException):
+        future.set_exception(reply)
+        future.exception()  # retrieved: no "never retrieved" log if its caller is gone
+    else:
+        future.set_result(reply)
+
+
+async def _single(entry: Entry) -> None:
+    # A batch of one is a lone call, with the limiter's own retry and NOSCRIPT rules.
+    limiter, keys, args, future = entry
+    try:
+        reply = await limiter._run(keys, args)
+    except Exception as exc:
+        reply = exc
+    _settle(future, reply)
+
+
+# The stages of one plain flush: EVALSHA; for the requests that met NOSCRIPT (a
+# restart, failover or SCRIPT FLUSH) the script is loaded and EVALSHA sent again in
+# one round trip; those that meet it again (a second flush in between) go with EVAL,
+# which carries the script and cannot miss. A NOSCRIPT reply means the script did
+# not run, so sending that request again never counts it twice, and only such
+# requests are sent again.
+_EVALSHA, _RELOAD, _EVAL = range(3)
+
+
+async def _plain(entries: list[Entry]) -> None:
+    retried = False
+    for stage in (_EVALSHA, _RELOAD, _EVAL):
+        while True:
+            entries = [e for e in entries if not e[3].done()]  # none for who gave up
+            if not entries:
+                return
+            try:
+                replies = await _pipeline(entries, stage)
+                break
+            except redis.exceptions.ConnectionError:
+                # As `_run`: a pooled connection closed by a restart fails on first
+                # use, so the stage goes once more on a fresh one. Had the first
+                # attempt reached Redis, its requests count twice: stricter, never
+                # over-admitting.
+                if retried:
+                    raise
+                retried = True
+        missing = []
+        for entry, reply in zip(entries, replies, strict=True):
+            if stage != _EVAL and isinstance(reply, redis.exceptions.NoScriptError):
+                missing.append(entry)
+            else:
+                _settle(entry[3], reply)
+        entries = missing
+
+
+async def _pipeline(entries: list[Entry], stage: int) -> list[Any]:
+    """One round trip: the entries' script calls; their replies in order, errors in
+    place."""
+    commands: list[tuple[Any, ...]] = []
+    if stage == _RELOAD:
+        bodies = {e[0]._script.sha: e[0]._script.script for e in entries}
+        commands += [("SCRIPT", "LOAD", body) for body in bodies.values()]
+    for limiter, keys, args, _ in entries:
+        script = limiter._script
+        if stage == _EVAL:
+            commands.append(("EVAL", script.script, len(keys), *keys, *args))
+        else:
+            commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+    replies = await _send(entries[0][0]._client, commands)
+    return replies[len(commands) - len(entries) :]
+
+
+async def _send(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Write `commands` at once on one pooled connection and read all their replies:
+    what redis-py's non-transactional pipeline does, without its bookkeeping per
+    command and its timer per reply (together about half of a pipelined command's
+    client time). The flush's deadline bounds the reads instead."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:  # not redis-py's kind of client: its own pipeline
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return await pipe.execute(raise_on_error=False)
+    try:
+        conn = await pool.get_connection()
+    except TypeError:  # redis-py before 5.3 wants a command name
+        conn = await pool.get_connection("EVALSHA")
+    try:
+        # On any error or cancellation in these two calls, redis-py closes the
+        # connection, so no unread reply is left for its next user.
+        await conn.send_packed_command(_packed(conn, commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await conn.read_response(timeout=math.inf))
+            except redis.exceptions.ResponseError as exc:  # an error reply, read whole
+                replies.append(exc)
+        return replies
+    finally:
+        await pool.release(conn)
+
+
+def _packed(conn: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
+    """The commands in RESP, the same bytes as `conn.pack_commands` (the tests hold
+    them to it) for the bytes, text and integers a check sends, at about a third of
+    its cost: redis-py's packing is one of a batched check's largest client costs.
+    Any other argument goes through redis-py's own rules."""
+    encoding, errors = conn.encoder.encoding, conn.encoder.encoding_errors
+    out = []
+    for command in commands:
+        out.append(b"*%d\r\n" % len(command))
+        for arg in command:
+            kind = type(arg)
+            if kind is str:
+                arg = arg.encode(encoding, errors)
+            elif kind is int:
+                arg = b"%d" % arg
+            elif kind is not bytes:
+                return conn.pack_commands(commands)
+            out.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+    return [b"".join(out)]
+
+
+async def _cluster(entries: list[Entry]) -> None:
+    """One pipeline per node and script, at once; each group is answered as soon as
+    its node replies, so a stalled or lost node holds up only its own checks."""
+    groups: dict[tuple[Any, str], list[Entry]] = {}
+    for entry in entries:
+        groups.setdefault((_node(entry), entry[0]._script.sha), []).append(entry)
+    await asyncio.gather(*(_cluster_group(group) for group in groups.values()))
+
+
+def _node(entry: Entry) -> Any:
+    try:
+        return entry[0]._client.get_node_from_key(entry[1][0]).name
+    except Exception:  # no slot map yet: one group, the pipeline routes it
+        return None
+
+
+async def _cluster_group(group: list[Entry]) -> None:
+    if len(group) == 1:
+        await _single(group[0])
+        return
+    limiter = group[0][0]
+    try:
+        # Per node, with the NOSCRIPT fallback and one resend of a dropped
+        # connection's share (see cluster_client).
+        replies: Any = await cluster_batch_async(
+            limiter._client, limiter._script, [(keys, args) for _, keys, args, _ in group]
+        )
+    except Exception as exc:
+        replies = [exc] * len(group)
+    for entry, reply in zip(group, replies, strict=True):
+        _settle(entry[3], reply)
+
+
+# One AutoPipeline per client, whatever limiters (and copies) use it. Weak keys: a
+# client nobody uses any more is not kept alive by this table.
+_BY_CLIENT: weakref.WeakKeyDictionary[Any, AutoPipeline] = weakref.WeakKeyDictionary()
+
+
+def for_client(client: Any) -> AutoPipeline:
+    """The AutoPipeline that every limiter on `client` shares."""
+    try:
+        found = _BY_CLIENT.get(client)
+        if found is None:
+            found = _BY_CLIENT[client] = AutoPipeline(is_cluster(client))
+        return found
+    except TypeError:  # not weak-referenceable: the limiter batches on its own
+        return AutoPipeline(is_cluster(client))
