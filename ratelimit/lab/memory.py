@@ -7,6 +7,7 @@
     probe(client, "log", 128)                     # sliding log, 128 members: listpack
     probe(client, "log", 129)                     # one above the threshold: skiplist
     probe(client, "log", 128, member_format="classic")   # "<ms>:<perf_counter_ns>"
+    probe(client, "log", 1000, member_format="compact")  # storage="compact": a hash
     probe(client, "gcra", 10_000)                 # O(1): one small string whatever the limit
     listpack_threshold(client)                    # zset-max-listpack-entries, e.g. 128
 
@@ -24,8 +25,12 @@ fakeredis has neither command nor Redis's memory layout, so on it `probe` raises
 How a sliding-log key is filled: `entries` admitted requests of cost 1 at consecutive
 milliseconds, in a window long enough that nothing is trimmed, each decided by the
 real sliding-log script on a virtual clock, so the members are exactly the ones it
-writes. With `fill="limiter"` every request is one `check` round trip (about 15 s per
-100,000 entries); with the default `fill="pipeline"` the same script calls are sent in
+writes. The log's `member_format` says how it holds its entries: "script" and
+"classic" are sorted sets (`storage="sorted-set"`, with the members our script picks
+or the classic recipe's strings), "compact" is `storage="compact"` (a hash of 6-byte
+entries, `ratelimit/lua/compact_log.lua`), filled by its own script the same way.
+With `fill="limiter"` every request is one `check` round trip (about 15 s per 100,000
+entries); with the default `fill="pipeline"` the same script calls are sent in
 pipelined batches.
 """
 
@@ -78,10 +83,10 @@ class MemoryProbe:
     """One measured key."""
 
     algorithm: str  # "log", "fw", "swc" or "gcra" (as in the key)
-    member_format: str | None  # "script" or "classic" for the log, None otherwise
+    member_format: str | None  # "script", "classic" or "compact" for the log, None otherwise
     limit: int
     window_ms: int
-    entries: int  # sorted-set members, or units of cost the O(1) state accounts for
+    entries: int  # the log's entries (members), or units of cost the O(1) state accounts for
     memory_usage: int  # bytes: MEMORY USAGE key SAMPLES 0
     encoding: str  # OBJECT ENCODING: listpack, skiplist, int, embstr, ...
     bytes_per_entry: float  # memory_usage / entries
@@ -159,15 +164,31 @@ def _fill_log(
             if not limiter.check(identity).allowed:
                 raise RuntimeError(f"the limiter rejected entry {i + 1} while filling the probe")
         return
-    # The same script calls as `check` makes, pipelined in batches.
+    # The same script calls as `check` makes (its KEYS and ARGV, one ms apart), sent
+    # as EVALSHA in pipelined batches, and their replies read as `check` reads them.
+    clock.set_ms(start_ms)
+    keys, args = limiter._prepare(identity, 1)
+    sha = client.script_load(limiter._script.script)
     for first in range(0, entries, _CHUNK):
         pipe = client.pipeline(transaction=False)
-        for i in range(first, min(first + _CHUNK, entries)):
-            clock.set_ms(start_ms + i)
-            keys, args = limiter._prepare(identity, 1)
-            limiter._script(keys=keys, args=args, client=pipe)
-        if not all(reply[0] == 1 for reply in pipe.execute()):
+        sent = range(start_ms + first, start_ms + min(first + _CHUNK, entries))
+        for now in sent:
+            pipe.evalsha(sha, 1, *keys, now, *args[1:])
+        replies = pipe.execute()
+        if not all(limiter._decision(r, now).allowed for r, now in zip(replies, sent, strict=True)):
             raise RuntimeError("the sliding-log script rejected a request while filling the probe")
+
+
+def _entries_held(client: Any, key: str, member_format: str) -> int:
+    """The entries a log key holds: a sorted set's members, or for the compact log
+    s - b from its header (the first two 6-byte numbers of field "h", see
+    ratelimit/lua/compact_log.lua)."""
+    if member_format != "compact":
+        return int(client.zcard(key))
+    header = client.hget(key, "h") or b""
+    if len(header) < 12:
+        return 0
+    return int.from_bytes(header[0:6], "big") - int.from_bytes(header[6:12], "big")
 
 
 def _fill_constant(
@@ -194,15 +215,19 @@ def probe(
     """Fill one fresh key of `algorithm` with `entries`, measure it, delete it.
 
     - `algorithm`: "log", "fw", "swc", "gcra" (tags of `ratelimit.algorithms`), an
-      `Algorithm`, or a limiter class or instance (only its algorithm is used).
+      `Algorithm`, or a limiter class or instance (only its algorithm is used);
+      "logc" (`algorithms.COMPACT_LOG`) is the log with `member_format="compact"`.
     - `entries`: for the sliding log, admitted requests of cost 1 (= members), at
       consecutive ms from `start_ms`; for the O(1) algorithms, the cost of one
       admitted request, so the state accounts for `entries` units (for the
       sliding-window counter the previous window's count is then 0; its value does
       not change the hash's size class).
     - `limit`: the limiter's limit, default `entries`; must be >= `entries`.
-    - `member_format`: the log's members as the script writes them ("script"), or
-      "classic" strings "<ms>:<perf_counter_ns>" (always written by pipeline).
+    - `member_format`: how the log holds its entries: sorted-set members as the script
+      writes them ("script"), "classic" strings "<ms>:<perf_counter_ns>" (always
+      written by pipeline), or "compact": `storage="compact"`, the compact log's hash,
+      filled by its own script. The measured key is then a hash (OBJECT ENCODING
+      "hashtable"), not a sorted set.
     - `fill`: "pipeline" (the script's calls in pipelined batches, fast) or "limiter"
       (every entry through `check`, one round trip each). Only matters for the log.
     - `window_ms`: long by default, so nothing is trimmed or expires during the fill.
@@ -214,12 +239,18 @@ def probe(
     """
     _check_measurable(client)
     alg = algorithms.get(algorithm)
+    if alg == algorithms.COMPACT_LOG:
+        if member_format not in ("script", "compact"):
+            raise ValueError(f"the compact log has no member_format {member_format!r}")
+        alg, member_format = algorithms.SLIDING_LOG, "compact"
     entries = validation.count("entries", entries)
     limit = entries if limit is None else validation.count("limit", limit)
     if entries > limit:
         raise ValueError(f"entries ({entries}) must be <= limit ({limit})")
-    if member_format not in ("script", "classic"):
-        raise ValueError(f'member_format must be "script" or "classic", got {member_format!r}')
+    if member_format not in MEMBER_FORMATS:
+        raise ValueError(
+            f"member_format must be one of {', '.join(MEMBER_FORMATS)}, got {member_format!r}"
+        )
     if fill not in ("pipeline", "limiter"):
         raise ValueError(f'fill must be "pipeline" or "limiter", got {fill!r}')
     is_log = alg == algorithms.SLIDING_LOG
@@ -231,8 +262,9 @@ def probe(
         raise ValueError(f"window_ms ({window_ms}) must be >= entries, or entries are trimmed")
 
     clock = ManualClock()
+    options: dict[str, Any] = {"storage": "compact"} if member_format == "compact" else {}
     limiter = alg.limiter_class("sync")(
-        client, None, limit, prefix=prefix, window_ms=window_ms, clock=clock
+        client, None, limit, prefix=prefix, window_ms=window_ms, clock=clock, **options
     )
     identity = f"memory-probe-{uuid.uuid4().hex}"
     key = limiter.key_for(identity)
@@ -241,9 +273,9 @@ def probe(
     try:
         if is_log:
             _fill_log(client, limiter, identity, clock, entries, start_ms, member_format, fill)
-            held = int(client.zcard(key))
+            held = _entries_held(client, key, member_format)
             if held != entries:
-                raise RuntimeError(f"probe key holds {held} members, expected {entries}")
+                raise RuntimeError(f"probe key holds {held} entries, expected {entries}")
         else:
             _fill_constant(limiter, identity, clock, entries, start_ms)
         with _answered("MEMORY USAGE / OBJECT ENCODING"):
@@ -268,9 +300,11 @@ def probe(
 # Tables ------------------------------------------------------------------------------
 
 # One row per measured key (a `MemoryProbe`). `bytes_per_key` is its MEMORY USAGE
-# (named so as not to clash with `DataFrame.memory_usage`). `member_format` is
-# "script" or "classic" for the sliding log and "" for the O(1) algorithms (so that
-# the column survives a CSV round trip). `redis_version` and `listpack_threshold` say
+# (named so as not to clash with `DataFrame.memory_usage`). `member_format` is how the
+# sliding log holds its entries, "script" or "classic" (sorted-set members) or
+# "compact" (the compact log's hash), and "" for the O(1) algorithms (so that the
+# column survives a CSV round trip). `entries` and `bytes_per_entry` are then per
+# admitted unit of cost. `redis_version` and `listpack_threshold` say
 # which server the figures come from.
 TABLE_COLUMNS = (
     "algorithm",
@@ -294,7 +328,7 @@ _TABLE_DTYPES = {
     "redis_version": str,
     "listpack_threshold": "int64",
 }
-MEMBER_FORMATS = ("script", "classic")
+MEMBER_FORMATS = ("script", "classic", "compact")
 
 Limits = Sequence[int] | Callable[[int], Iterable[int]]
 
@@ -325,13 +359,16 @@ def _variants(specs: Any, member_formats: Any) -> list[tuple[str, str]]:
     formats = [member_formats] if isinstance(member_formats, str) else list(member_formats)
     if not formats or any(f not in MEMBER_FORMATS for f in formats):
         raise ValueError(f"member_formats must be some of {MEMBER_FORMATS}, got {member_formats!r}")
+    log = algorithms.SLIDING_LOG.name
     variants: list[tuple[str, str]] = []
     for name in names:
-        if name == algorithms.SLIDING_LOG.name:
+        if name == log:
             variants += [(name, f) for f in dict.fromkeys(formats)]
+        elif name == algorithms.COMPACT_LOG.name:
+            variants.append((log, "compact"))
         else:
             variants.append((name, ""))
-    return variants
+    return list(dict.fromkeys(variants))
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -358,8 +395,10 @@ def memory_table(
     - `limits`: positive integers (duplicates dropped, sorted; at most the log's
       maximum), or a function of the server's `listpack_threshold` returning them,
       e.g. `lambda t: [10, t, t + 1, 1000]`.
-    - `algorithms`: names ("log", "fw", "swc", "gcra"), `Algorithm`s or limiter classes.
-    - `member_formats`: for the log, "script" (ours) and/or "classic" members.
+    - `algorithms`: names ("log", "fw", "swc", "gcra"), `Algorithm`s or limiter classes;
+      "logc" is the log with member format "compact" only.
+    - `member_formats`: for the log, "script" (ours), "classic" members and/or "compact"
+      (`storage="compact"`).
 
     Raises `MemoryNotMeasurableError` on fakeredis; bad arguments raise `ValueError`
     before anything is sent. Every probe key is deleted again.

@@ -323,7 +323,9 @@ def test_plan_table_and_summary(table):
     plan_table = chapter.plan_table(plans)
     assert list(plan_table.index) == list(plans)
     assert plan_table.loc[chapter.FULL, "shards"] == 13
-    assert plan_table.loc[chapter.FULL, "memory"] == "88.3 GiB"
+    fleet = chapter.Fleet()  # memory = N x (one full key from the stored table + overhead)
+    full_key = capacity.bytes_per_key(table, "log", fleet.whole_limit) + fleet.key_overhead_bytes
+    assert plan_table.loc[chapter.FULL, "memory"] == memory.format_bytes(fleet.keys * full_key)
     assert (plan_table["checks/s"] == 50_000).all()
     summary = chapter.fleet_summary(chapter.Fleet())
     assert "50,000 checks/s" in summary and "holds 180 members" in summary

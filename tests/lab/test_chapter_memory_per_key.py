@@ -1,5 +1,6 @@
 """Chapter 3's module: measuring (or the stored table), the chapter's tables and figures
-from that table, the leak experiment, and the Explore figure."""
+from that table, the two storages of the exact log, the leak experiment, and the Explore
+figure."""
 
 from __future__ import annotations
 
@@ -37,10 +38,15 @@ def test_series_follow_the_registry():
     assert list(memory_per_key.SERIES) == [
         ("log", "script"),
         ("log", "classic"),
+        ("log", "compact"),
         *[(name, "") for name in algorithms.NAMES if name != "log"],
     ]
     assert memory_per_key.SERIES["log", "script"] == "sliding log, our members"
     assert memory_per_key.SERIES["log", "classic"] == "sliding log, classic members"
+    assert memory_per_key.SERIES["log", "compact"] == "sliding log, compact"
+    # Each storage of the limiter, and the table's name for its keys.
+    assert set(memory_per_key.STORAGES) == set(algorithms.LOG_STORAGES)
+    assert memory_per_key.STORAGES == {"sorted-set": "script", "compact": "compact"}
     assert memory_per_key.SERIES["gcra", ""] == algorithms.get("gcra").label
     assert memory_per_key.O1 == ["fw", "swc", "gcra"]
 
@@ -128,6 +134,35 @@ def test_encodings_table_changes_at_the_threshold(table):
     assert encodings.classic.tolist() == encodings.ours.tolist()
 
 
+def test_storage_table_puts_the_two_storages_side_by_side(table):
+    storages = memory_per_key.storage_table(table, [10, 128, 1_000])
+    assert storages.index.tolist() == [10, 128, 1_000] and storages.index.name == "entries"
+    sorted_set = memory_per_key.series(table, "log", "script")
+    compact = memory_per_key.series(table, "log", "compact")
+    assert (
+        storages["sorted set: bytes per unit"].tolist()
+        == sorted_set.bytes_per_entry[[10, 128, 1_000]].tolist()
+    )
+    assert (
+        storages["compact: bytes per unit"].tolist()
+        == compact.bytes_per_entry[[10, 128, 1_000]].tolist()
+    )
+    assert np.allclose(
+        storages["sorted set / compact"],
+        storages["sorted set: bytes per unit"] / storages["compact: bytes per unit"],
+    )
+    assert (storages["compact: encoding"] == "hashtable").all()
+
+
+def test_the_stored_compact_log_is_small_from_128_entries_up(table):
+    """What chapter 3 asserts, on the committed table."""
+    compact = memory_per_key.series(table, "log", "compact").bytes_per_entry
+    sorted_set = memory_per_key.series(table, "log", "script")
+    assert (compact[compact.index >= 128] <= 12).all()
+    skiplist = sorted_set.index[sorted_set.encoding == "skiplist"]
+    assert (sorted_set.bytes_per_entry[skiplist] > 10 * compact[skiplist]).all()
+
+
 def test_o1_table_has_one_row_per_o1_algorithm(table):
     o1 = memory_per_key.o1_table(table, [1, 1_000])
     assert o1.index.tolist() == [algorithms.get(a).label for a in memory_per_key.O1]
@@ -191,6 +226,65 @@ def test_member_format_figure_shows_bytes_per_member(table):
         plt.close(fig)
 
 
+def test_storage_figure_plots_bytes_per_unit_of_each_storage(table):
+    fig = memory_per_key.storage_figure(table)
+    try:
+        (ax,) = fig.axes
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        for member_format in ("script", "classic", "compact"):
+            line = lines[memory_per_key.SERIES["log", member_format]]
+            rows = memory_per_key.series(table, "log", member_format)
+            assert np.array_equal(line.get_xdata(), rows.index)
+            assert np.allclose(line.get_ydata(), rows.bytes_per_entry)
+        assert ax.get_xscale() == ax.get_yscale() == "log"
+        assert "unit" in ax.get_ylabel() and "7.0.15" in ax.get_title()
+    finally:
+        plt.close(fig)
+
+
+def test_compare_trace_has_a_bursty_client_and_costly_look_ups():
+    trace = memory_per_key.compare_trace(seconds=4.0)
+    assert set(trace.identity) == {"bursty", "geofence"}
+    assert trace.time.is_monotonic_increasing and trace.time.max() < 4.0
+    assert trace[trace.identity == "bursty"].cost.eq(1).all()
+    assert trace[trace.identity == "geofence"].cost.max() > 1
+    assert trace.equals(memory_per_key.compare_trace(seconds=4.0))  # seeded
+
+
+def test_both_storages_decide_alike_and_leave_nothing_behind():
+    client = fakeredis.FakeRedis()
+    trace = memory_per_key.compare_trace(seconds=4.0)
+    decided, summary = memory_per_key.same_decisions(client, trace, limit=100)
+    assert summary.index.tolist() == ["sorted-set", "compact", "reference model"]
+    assert (summary.requests == len(trace)).all()
+    assert (summary["differ from the sorted set"] == 0).all()
+    assert (summary.admitted + summary.rejected == summary.requests).all()
+    assert 0 < summary.loc["compact", "rejected"] < len(trace)
+    assert decided["compact"].equals(decided["sorted-set"])
+    assert decided["compact"].columns.tolist() == ["allowed", "remaining", "retry_after_ms"]
+    assert client.dbsize() == 0
+
+
+def test_a_different_decision_would_be_counted(monkeypatch):
+    """`same_decisions` compares every field: a compact limiter that answered with one
+    unit less remaining would show up in the summary."""
+    client = fakeredis.FakeRedis()
+    trace = memory_per_key.compare_trace(seconds=1.0)
+    from ratelimit.lab import simulation
+
+    real = simulation.replay
+
+    def skewed(traffic, limiter, **kwargs):
+        out = real(traffic, limiter, **kwargs)
+        if getattr(limiter, "storage", None) == "compact":
+            out.loc[out.index[0], "remaining"] -= 1
+        return out
+
+    monkeypatch.setattr(simulation, "replay", skewed)
+    _, summary = memory_per_key.same_decisions(client, trace, limit=100)
+    assert summary["differ from the sorted set"].tolist() == [0, 1, 0]
+
+
 # --- the leak ---------------------------------------------------------------------------
 
 
@@ -244,12 +338,32 @@ def test_default_figure_is_labelled_and_shows_the_stored_fleet(table):
         assert labels == [
             "sliding log,\nour members",
             "sliding log,\nclassic members",
+            "sliding log,\ncompact",
             "fixed window",
             "sliding-window\ncounter",
             "GCRA\n(token bucket)",
         ]
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert legend == [
+            "sliding log, sorted set: grows with the limit",
+            "sliding log, compact: grows with the limit",
+            "O(1): the same at every limit",
+        ]
     finally:
         plt.close(fig)
+
+
+def test_headline_prints_the_stored_figures(table):
+    text = memory_per_key.headline(table).splitlines()
+    fleet = memory.fleet_memory(table, [10**7], [1_000])
+    assert text[0] == "10,000,000 active keys, each full at limit 1,000 (Redis 7.0.15):"
+    assert len(text) == 1 + len(memory_per_key.SERIES) + 1 + len(memory_per_key.STORAGES)
+    compact = fleet[fleet.member_format == "compact"].total_bytes.iloc[0]
+    assert f"  sliding log, compact: {memory.format_bytes(int(compact))}" in text
+    per_unit = memory_per_key.series(table, "log", "compact").bytes_per_entry
+    assert text[-1] == "  compact: " + ", ".join(
+        f"{per_unit[n]:.1f}" for n in (128, 1_000, 100_000)
+    )
 
 
 def test_parameters_change_the_bars():
@@ -260,9 +374,10 @@ def test_parameters_change_the_bars():
         ten_million, ten_thousand = bar_heights(default), bar_heights(fewer)
         assert ten_thousand != ten_million
         assert [h * 1_000 for h in ten_thousand] == ten_million
-        # A lower limit shrinks the sliding log only; the O(1) bars stay.
+        # A lower limit shrinks the sliding log only (its three bars); the O(1) bars stay.
         at_129 = bar_heights(lower)
-        assert at_129[:2] != ten_million[:2] and at_129[2:] == ten_million[2:]
+        assert all(a != b for a, b in zip(at_129[:3], ten_million[:3], strict=True))
+        assert at_129[3:] == ten_million[3:]
     finally:
         for fig in (default, fewer, lower):
             plt.close(fig)

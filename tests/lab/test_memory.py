@@ -1,4 +1,5 @@
-"""Memory probes on a real Redis: encodings, bytes per member, O(1) keys, clean-up."""
+"""Memory probes on a real Redis: encodings, bytes per member, the compact log, O(1)
+keys, clean-up."""
 
 from __future__ import annotations
 
@@ -72,6 +73,30 @@ def test_pipeline_and_limiter_fills_measure_the_same(real, prefix, threshold):
     assert above_p.memory_usage == pytest.approx(above_l.memory_usage, rel=0.05)
 
 
+def test_the_compact_log_is_one_small_hash(real, prefix, threshold):
+    sizes = {
+        n: probe(real, "log", n, prefix=prefix, member_format="compact")
+        for n in (threshold, threshold + 1, 1_000, 20_000)
+    }
+    for n, result in sizes.items():
+        assert (result.algorithm, result.member_format, result.entries) == ("log", "compact", n)
+        assert result.encoding == "hashtable"  # one hash: a header and chunks of 6-byte entries
+        assert result.bytes_per_entry <= 12, result
+    # Against the sorted set once it is a skiplist: over ten times smaller.
+    ours = probe(real, "log", 1_000, prefix=prefix)
+    assert ours.bytes_per_entry > 10 * sizes[1_000].bytes_per_entry
+    assert _keys(real, prefix) == []
+
+
+def test_the_compact_log_by_its_algorithm_and_by_its_limiter(real, prefix):
+    by_tag = probe(real, "logc", 200, prefix=prefix)
+    by_pipeline = probe(real, "log", 200, prefix=prefix, member_format="compact")
+    by_limiter = probe(real, "log", 200, prefix=prefix, member_format="compact", fill="limiter")
+    assert by_tag == by_pipeline == by_limiter  # the same entries, byte for byte
+    with pytest.raises(ValueError, match="compact log has no member_format 'classic'"):
+        probe(real, "logc", 10, prefix=prefix, member_format="classic")
+
+
 def test_big_logs_are_filled_quickly(real, prefix):
     result = probe(real, "log", 20_000, prefix=prefix)
     assert result.encoding == "skiplist" and result.entries == 20_000
@@ -81,7 +106,7 @@ def test_big_logs_are_filled_quickly(real, prefix):
 
 @pytest.mark.parametrize(
     ("algorithm", "encodings"),
-    [("fw", {"listpack"}), ("swc", {"listpack"}), ("gcra", {"int", "embstr"})],
+    [("fw", {"int"}), ("swc", {"embstr"}), ("gcra", {"int", "embstr"})],
 )
 def test_o1_keys_do_not_grow_with_the_limit(real, prefix, algorithm, encodings):
     sizes = []
@@ -215,6 +240,7 @@ def test_memory_table_measures_every_variant_and_limit(real, prefix, threshold):
     assert variants == [
         ("log", "script"),
         ("log", "classic"),
+        ("log", "compact"),
         ("fw", ""),
         ("swc", ""),
         ("gcra", ""),
@@ -228,6 +254,7 @@ def test_memory_table_measures_every_variant_and_limit(real, prefix, threshold):
     log = table[table.algorithm == "log"].set_index(["member_format", "limit"])
     assert log.loc[("script", threshold), "encoding"] == "listpack"
     assert log.loc[("script", threshold + 1), "encoding"] == "skiplist"
+    assert log.loc[("compact", threshold + 1), "encoding"] == "hashtable"
     assert (log.entries == log.index.get_level_values("limit")).all()
     assert (table.bytes_per_entry == table.bytes_per_key / table.entries).all()
     assert set(table.listpack_threshold) == {threshold}
@@ -239,7 +266,7 @@ def test_memory_table_takes_a_subset(real, prefix):
     table = memory.memory_table(
         real,
         [5, 3, 5],
-        ["gcra", ratelimit.SlidingWindowLimiter],
+        ["gcra", "log"],
         member_formats="classic",
         prefix=prefix,
     )
@@ -248,6 +275,12 @@ def test_memory_table_takes_a_subset(real, prefix):
         ("gcra", "", 5),
         ("log", "classic", 3),
         ("log", "classic", 5),
+    ]
+    # "logc" stands for the log kept compactly, and only that.
+    compact = memory.memory_table(real, [4], ["logc", "fw"], prefix=prefix)
+    assert list(zip(compact.algorithm, compact.member_format, strict=True)) == [
+        ("log", "compact"),
+        ("fw", ""),
     ]
 
 
@@ -303,7 +336,7 @@ def test_measured_or_stored_measures_and_refreshes_the_file(real, prefix, tmp_pa
     path.write_text("stale\n")
     result = memory.measured_or_stored(real, path, [4, 8], ["log", "fw"], prefix=prefix)
     assert (result.source, result.reason) == ("measured", "")
-    assert result.table.limit.tolist() == [4, 8, 4, 8, 4, 8]
+    assert result.table.limit.tolist() == [4, 8] * 4  # three log variants, then fw
     pd.testing.assert_frame_equal(memory.load_table(path), result.table)
     assert _keys(real, prefix) == []
 

@@ -1,12 +1,15 @@
-"""Chapter 3 (memory per key): what each algorithm's key costs in Redis, and the leak
-when no TTL is set.
+"""Chapter 3 (memory per key): what each algorithm's key costs in Redis, the exact
+log's two storages side by side, and the leak when no TTL is set.
 
 The chapter measures one full key per algorithm and limit on a real Redis
 (`ratelimit.lab.memory`), or shows the table it stored the last time it did
 (`notebooks/data/memory_per_key.csv`); the functions here turn that table into the
-chapter's tables and figures. `leak` is section 7's experiment: one-shot clients
-written the classic way with the EXPIRE forgotten, and through our limiter, then
-counted while real time passes.
+chapter's tables and figures. The sliding log is measured three ways: a sorted set
+with the members our script picks ("script"), a sorted set with the classic recipe's
+members ("classic"), and `storage="compact"` ("compact"). `same_decisions` is
+section 5's check that both storages decide alike; `leak` is section 8's experiment:
+one-shot clients written the classic way with the EXPIRE forgotten, and through our
+limiter, then counted while real time passes.
 
     from ratelimit.lab.chapters import memory_per_key
     from ratelimit.lab.plotting import explorer
@@ -44,12 +47,15 @@ __all__ = [
     "O1",
     "SERIES",
     "SLIDERS",
+    "STORAGES",
     "STORED_TABLE",
     "Leak",
     "Measurement",
+    "compare_trace",
     "encodings_table",
     "figure",
     "fleet_table",
+    "headline",
     "headline_table",
     "key_size_figure",
     "leak",
@@ -58,8 +64,11 @@ __all__ = [
     "measure",
     "member_format_figure",
     "o1_table",
+    "same_decisions",
     "series",
     "series_name",
+    "storage_figure",
+    "storage_table",
     "threshold_figure",
 ]
 
@@ -68,8 +77,9 @@ MAX_LIMIT = 100_000  # the largest limit measured (= members in one full sliding
 POINTS_PER_DECADE = 5  # limits measured per factor of ten, evenly spaced on a log scale
 HEADLINE_LIMITS = [10, 1_000, 100_000]  # table rows, plus the listpack threshold and one above
 FLEET_LIMITS = [10, 100, 1_000]  # limits in the fleet table
-LEAK_CLIENTS = 300  # one-shot clients in section 7
-LEAK_WINDOW_MS = 200  # our limiter's window in section 7 (the TTL it sets)
+STORAGE_LIMITS = [10, 128, 129, 1_000, 10_000, 100_000]  # section 5's table rows
+LEAK_CLIENTS = 300  # one-shot clients in section 8
+LEAK_WINDOW_MS = 200  # our limiter's window in section 8 (the TTL it sets)
 LEAK_WAIT_S = 0.6  # real time to wait before counting what is left
 
 # The chapter's stored table: relative to the notebooks' folder (where the chapters run),
@@ -78,14 +88,21 @@ STORED_TABLE = Path("data/memory_per_key.csv")
 _CHECKOUT_TABLE = Path(__file__).resolve().parents[3] / "notebooks" / STORED_TABLE
 
 _LOG = algorithms.SLIDING_LOG
-_MEMBER_FORMATS = {"script": "our members", "classic": "classic members"}
+# How the log holds its entries (the table's `member_format`): two sorted sets, and the
+# compact log.
+_MEMBER_FORMATS = {"script": "our members", "classic": "classic members", "compact": "compact"}
+_SORTED_SET = ["script", "classic"]
 O1 = [a.name for a in algorithms.ALGORITHMS if a is not _LOG]
 """The algorithms whose key holds a few numbers, whatever the limit."""
+
+STORAGES = {"sorted-set": "script", "compact": "compact"}
+"""`SlidingWindowLimiter(storage=...)` -> the table's `member_format` of its keys."""
 
 
 def series_name(algorithm: str, member_format: str = "") -> str:
     """How tables and figures name a measured series: the algorithm's label, and for
-    the sliding log whose members it holds ("sliding log, our members")."""
+    the sliding log how it holds its entries ("sliding log, our members": a sorted set
+    of the members our script picks; "sliding log, compact": `storage="compact"`)."""
     label = algorithms.get(algorithm).label
     return f"{label}, {_MEMBER_FORMATS[member_format]}" if member_format else label
 
@@ -103,7 +120,7 @@ SLIDERS: dict[str, Any] = {
     "limit": [10, 100, 128, 129, 1_000, 10_000],
 }
 
-_LOG_COLOR, _O1_COLOR = "tab:red", "tab:blue"
+_LOG_COLOR, _COMPACT_COLOR, _O1_COLOR = "tab:red", "tab:orange", "tab:blue"
 
 
 # --- measuring ----------------------------------------------------------------------------
@@ -114,7 +131,7 @@ def limits_to_measure(
     *,
     max_limit: int = MAX_LIMIT,
     points_per_decade: int = POINTS_PER_DECADE,
-    extra: Iterable[int] = (*HEADLINE_LIMITS, *FLEET_LIMITS),
+    extra: Iterable[int] = (*HEADLINE_LIMITS, *FLEET_LIMITS, *STORAGE_LIMITS),
 ) -> list[int]:
     """Limits 1 .. `max_limit` evenly spaced on a log scale, every 8 entries up to twice
     the server's listpack `threshold`, the threshold and one above, and `extra`."""
@@ -162,7 +179,7 @@ def measure(
     *,
     max_limit: int = MAX_LIMIT,
     points_per_decade: int = POINTS_PER_DECADE,
-    extra_limits: Iterable[int] = (*HEADLINE_LIMITS, *FLEET_LIMITS),
+    extra_limits: Iterable[int] = (*HEADLINE_LIMITS, *FLEET_LIMITS, *STORAGE_LIMITS),
     save: bool | None = None,
 ) -> Measurement:
     """One full key per series at `limits_to_measure(...)` on `client` when it is a real
@@ -201,8 +218,8 @@ def _threshold(table: pd.DataFrame) -> int:
 
 
 def headline_table(table: pd.DataFrame, limits: Iterable[int] = HEADLINE_LIMITS) -> pd.DataFrame:
-    """The sliding log's encoding and bytes per key and per member, ours and classic, at
-    `limits` plus the listpack threshold and one above (the rows, by limit)."""
+    """The sorted-set log's encoding and bytes per key and per member, ours and classic,
+    at `limits` plus the listpack threshold and one above (the rows, by limit)."""
     threshold = _threshold(table)
     rows = sorted({*limits, threshold, threshold + 1})
     ours, classic = series(table, "log", "script"), series(table, "log", "classic")
@@ -237,6 +254,25 @@ def encodings_table(table: pd.DataFrame) -> pd.DataFrame:
         },
         index=pd.Index(list(sizes), name="members"),
     )
+
+
+def storage_table(table: pd.DataFrame, limits: Iterable[int] = STORAGE_LIMITS) -> pd.DataFrame:
+    """The exact log's two storages at `limits` (entries in one full key): each one's
+    encoding and MEMORY USAGE per admitted unit, and how many times smaller the
+    compact log is."""
+    rows = list(limits)
+    sorted_set, compact = series(table, "log", "script"), series(table, "log", "compact")
+    summary = pd.DataFrame(
+        {
+            "sorted set: encoding": sorted_set.encoding,
+            "sorted set: bytes per unit": sorted_set.bytes_per_entry,
+            "compact: encoding": compact.encoding,
+            "compact: bytes per unit": compact.bytes_per_entry,
+            "sorted set / compact": (sorted_set.bytes_per_entry / compact.bytes_per_entry),
+        }
+    ).loc[rows]
+    summary.index.name = "entries"
+    return summary
 
 
 def o1_table(table: pd.DataFrame, limits: Sequence[int]) -> pd.DataFrame:
@@ -285,7 +321,7 @@ def key_size_figure(table: pd.DataFrame) -> Figure:
     )
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("limit (entries per key; the log holds one member per entry)")
+    ax.set_xlabel("limit (entries per key; the log holds one entry per admitted unit)")
     ax.set_ylabel("MEMORY USAGE of one full key (bytes)")
     ax.set_title(f"Memory of one full key against its limit (Redis {table.redis_version.iloc[0]})")
     ax.grid(True, which="major", alpha=0.3)
@@ -294,14 +330,14 @@ def key_size_figure(table: pd.DataFrame) -> Figure:
 
 
 def threshold_figure(table: pd.DataFrame) -> Figure:
-    """The sliding log's bytes per member up to twice the listpack threshold, both
+    """The sorted-set log's bytes per member up to twice the listpack threshold, both
     member formats."""
     import matplotlib.pyplot as plt
 
     threshold = _threshold(table)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     near = 2 * threshold
-    for member_format in _MEMBER_FORMATS:
+    for member_format in _SORTED_SET:
         rows = series(table, "log", member_format)
         rows = rows[rows.index <= near]
         ax.plot(rows.index, rows.bytes_per_entry, marker=".", label=SERIES["log", member_format])
@@ -324,7 +360,7 @@ def member_format_figure(table: pd.DataFrame, limits: Sequence[int]) -> Figure:
     limits = list(limits)
     x = np.arange(len(limits))
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for offset, member_format in zip((-0.2, 0.2), _MEMBER_FORMATS, strict=True):
+    for offset, member_format in zip((-0.2, 0.2), _SORTED_SET, strict=True):
         values = series(table, "log", member_format).bytes_per_entry[limits]
         bars = ax.bar(x + offset, values, width=0.4, label=SERIES["log", member_format])
         ax.bar_label(bars, fmt="%.0f", fontsize=8)
@@ -336,12 +372,93 @@ def member_format_figure(table: pd.DataFrame, limits: Sequence[int]) -> Figure:
     return fig
 
 
+def storage_figure(table: pd.DataFrame) -> Figure:
+    """MEMORY USAGE per admitted unit against the entries in one key, the exact log's
+    two storages (and the classic members), both axes logarithmic."""
+    import matplotlib.pyplot as plt
+
+    threshold = _threshold(table)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for member_format, color, style in (
+        ("script", _LOG_COLOR, "-"),
+        ("classic", _LOG_COLOR, ":"),
+        ("compact", _COMPACT_COLOR, "-"),
+    ):
+        rows = series(table, "log", member_format)
+        name = SERIES["log", member_format]
+        ax.plot(rows.index, rows.bytes_per_entry, style, color=color, marker=".", label=name)
+    ax.axvline(threshold + 0.5, color="grey", linestyle=":", linewidth=1)
+    ax.text(threshold, 3, "listpack | skiplist  ", fontsize=8, color="grey", ha="right")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(2, None)
+    ax.set_xlabel("entries in one key (admitted units in the window; a full key: the limit)")
+    ax.set_ylabel("MEMORY USAGE per admitted unit (bytes)")
+    ax.set_title(f"The exact log's two storages (Redis {table.redis_version.iloc[0]})")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def compare_trace(seed: int = 3, seconds: float = 8.0) -> pd.DataFrame:
+    """Section 5's trace: two clients over `seconds`, a bursty one (Poisson at 300/s
+    for 2 s, then 1.5 s quiet, so its log fills, drains and starts again) and a
+    geofence client at 90 look-ups/s costing 1 to 10 each."""
+    from ..traffic import geofence_mix, merge, on_off
+
+    return merge(
+        on_off(300, 2.0, 1.5, seconds, identity="bursty", seed=seed),
+        geofence_mix(90, seconds, identity="geofence", seed=seed + 1),
+    )
+
+
+def same_decisions(
+    client: Any, trace: pd.DataFrame, limit: int = 100, window_ms: int = 1000
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`trace` replayed (`ratelimit.lab.replay`, virtual time) by the sync
+    `SlidingWindowLimiter` on `client` in each storage, and by its reference model.
+
+    Returns the decisions (one column per storage and field: allowed, remaining,
+    retry_after_ms) and a summary, one row per limiter: requests, admitted,
+    rejected, and decisions that differ from the sorted set's in any field. The
+    replays' keys are deleted afterwards.
+    """
+    from ratelimit import sync
+
+    from ..reference import SlidingWindowLimiter as Model
+    from ..simulation import replay
+
+    run = f"nb03-storage:{uuid.uuid4().hex[:12]}"  # this run's own keys
+    limiters = {
+        storage: sync.SlidingWindowLimiter(
+            client, None, limit, window_ms=window_ms, storage=storage, prefix=run
+        )
+        for storage in STORAGES
+    }
+    limiters["reference model"] = Model(window_ms=window_ms, limit=limit)
+    fields = ["allowed", "remaining", "retry_after_ms"]
+    decided = {name: replay(trace, lim, progress=False)[fields] for name, lim in limiters.items()}
+    first = decided["sorted-set"]
+    summary = pd.DataFrame(
+        {
+            "requests": [len(d) for d in decided.values()],
+            "admitted": [int(d.allowed.sum()) for d in decided.values()],
+            "rejected": [int((~d.allowed).sum()) for d in decided.values()],
+            "differ from the sorted set": [
+                int((d != first).any(axis=1).sum()) for d in decided.values()
+            ],
+        },
+        index=pd.Index(list(decided), name="limiter"),
+    )
+    return pd.concat(decided, axis=1), summary
+
+
 # --- the leak -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Leak:
-    """Section 7's run: keys still there over time, and what was left at the end."""
+    """Section 8's run: keys still there over time, and what was left at the end."""
 
     samples: pd.DataFrame  # ms since the last request; keys left, "classic" and "ours"
     table: pd.DataFrame  # per recipe: keys written, keys left after the wait, TTL
@@ -428,6 +545,32 @@ def leak_figure(samples: pd.DataFrame, *, clients: int, window_ms: int) -> Figur
 # --- Explore ------------------------------------------------------------------------------
 
 
+def headline(
+    table: pd.DataFrame,
+    *,
+    active_keys: int = 10**7,
+    limit: int = 1_000,
+    per_unit_at: Sequence[int] = (128, 1_000, 100_000),
+) -> str:
+    """The figures the gallery and the README quote, from `table` (the stored one in
+    the chapter): each series' memory for `active_keys` full keys at `limit`, and the
+    exact log's bytes per admitted unit in each storage at `per_unit_at` entries."""
+    fleet = memory.fleet_memory(table, [active_keys], [limit])
+    totals = fleet.set_index(["algorithm", "member_format"]).total_bytes
+    lines = [
+        f"{active_keys:,} active keys, each full at limit {limit:,} "
+        f"(Redis {table.redis_version.iloc[0]}):"
+    ]
+    lines += [f"  {name}: {memory.format_bytes(int(totals[k]))}" for k, name in SERIES.items()]
+    lines.append(
+        "Bytes per admitted unit, " + ", ".join(f"{n:,}" for n in per_unit_at) + " entries:"
+    )
+    for storage, member_format in STORAGES.items():
+        values = series(table, "log", member_format).bytes_per_entry[list(per_unit_at)]
+        lines.append(f"  {storage}: " + ", ".join(f"{v:.1f}" for v in values))
+    return "\n".join(lines)
+
+
 @cache
 def _load(path: Path, mtime_ns: int) -> pd.DataFrame:
     """The stored table, read once per file version (redraws must stay fast)."""
@@ -500,12 +643,22 @@ def figure(
     for (algorithm, member_format), name in SERIES.items():
         names.append(_bar_label(name))
         heights.append(int(totals[algorithm, member_format]))
-        colors.append(_LOG_COLOR if algorithm == _LOG.name else _O1_COLOR)
+        colors.append(
+            _O1_COLOR
+            if algorithm != _LOG.name
+            else _COMPACT_COLOR
+            if member_format == "compact"
+            else _LOG_COLOR
+        )
     bars = ax.bar(names, heights, color=colors)
     ax.bar_label(bars, labels=[memory.format_bytes(h) for h in heights], fontsize=8)
-    # Legend entries for the two families (one handle each).
-    bars[0].set_label("sliding log: grows with the limit")
-    bars[2].set_label("O(1): the same at every limit")
+    # Legend entries for the three families (one handle each).
+    series_names = list(SERIES)
+    bars[0].set_label("sliding log, sorted set: grows with the limit")
+    bars[series_names.index(("log", "compact"))].set_label(
+        "sliding log, compact: grows with the limit"
+    )
+    bars[len(series_names) - len(O1)].set_label("O(1): the same at every limit")
     ax.set_yscale("log")
     ax.set_ylim(min(heights) / 3, max(heights) * 6)
     # Ticks at 1 KiB, 32 KiB, 1 MiB, 32 MiB, ...: powers of 32, in binary units.
