@@ -48,7 +48,7 @@ run test: export RATELIMIT_WRITE_FIGURES = 0
 export UV_LINK_MODE ?= copy
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock test run refresh lab serve bench lint clean
+.PHONY: help setup lock test run refresh lab serve bench bench-record lint clean
 .PHONY: cluster-up cluster-down
 
 # help: list the targets.
@@ -60,6 +60,7 @@ help:
 	@echo "make lab     start JupyterLab on notebooks/"
 	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
 	@echo "make bench   run python -m bench; BENCH_ARGS=... is passed on"
+	@echo "make bench-record  copy the latest build/bench/results.json into bench/record.json and re-render README.md's benchmark tables"
 	@echo "make lint    ruff check ratelimit bench tests tools"
 	@echo "make cluster-up    start a local 3-master Redis Cluster; prints its URL, PIDs in $(CLUSTER_DIR)/state.json"
 	@echo "make cluster-down  stop exactly the PIDs cluster-up recorded and remove $(CLUSTER_DIR)/"
@@ -125,6 +126,10 @@ serve: setup
 # bench: the benchmark suite (bench/, beside the library).
 bench: setup
 	$(VPY) -m bench $(BENCH_ARGS)
+
+# bench-record: the README's benchmark tables from the latest full `make bench` (bench/readme.py).
+bench-record: setup
+	$(VPY) -m bench --record
 
 # cluster-up: a local Redis Cluster (3 masters, free loopback ports) that stays up; a no-op if it runs.
 cluster-up: setup

@@ -5,6 +5,10 @@ concurrency, cluster, server cost, memory per key, near-cache, replay. Uses
 REDIS_URL, else 127.0.0.1:6379 when it answers, else the embedded fakeredis (and
 says so). Writes build/bench/results.json, PNG figures and summary.txt (what it
 prints: the tables and every target's verdict) beside it.
+
+`--record` measures nothing: it copies what the README's tables need from the latest
+results (`--out`) into bench/record.json and re-renders the README's benchmark
+section from it (`bench/readme.py`).
 """
 
 from __future__ import annotations
@@ -14,15 +18,13 @@ import json
 import time
 from pathlib import Path
 
-from . import plot, suite, summary
+from . import plot, readme, suite, summary
 
 PARTS = ("checks", "sync", "concurrency", "cluster", "cost", "memory", "nearcache", "replay")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     d = suite.Options()
     parser.add_argument("--quick", action="store_true", help="tiny sizes and 2 rounds (tests)")
     parser.add_argument("--rounds", type=int, help=f"interleaved rounds (default {d.rounds})")
@@ -36,7 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("build/bench/results.json"))
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="run nothing: copy --out into bench/record.json and re-render README.md's tables",
+    )
     args = parser.parse_args(argv)
+    if args.record:
+        readme.record(args.out)
+        print(f"recorded {args.out} in {readme.RECORD}; rewrote the tables in {readme.README}")
+        return 0
 
     options = suite.Options.quick() if args.quick else suite.Options()
     if args.rounds:
@@ -50,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     report = suite.run(options)
+    report["quick"] = args.quick
     report["duration_s"] = round(time.perf_counter() - start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

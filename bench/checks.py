@@ -5,7 +5,8 @@ interleaved rounds (`rounds.py`). Cases:
 
 - floors: PING and EVALSHA of `return 1`;
 - our four limiters on one hot key and on 10,000 keys (a large limit keeps every
-  check on the admit path, the one that writes);
+  check on the admit path, the one that writes); the exact log as the default
+  `SlidingWindowLimiter` and in each other storage this build has (`ours`);
 - the peers (`peers.py`) on the same two key patterns;
 - what building a limiter per request costs: the classic recipe with one reused
   object, and our sliding log built anew for every request;
@@ -21,6 +22,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ratelimit import (
@@ -30,7 +32,6 @@ from ratelimit import (
     TokenBucketLimiter,
 )
 from ratelimit.lab.classic import ClassicSlidingLog
-from ratelimit.scripts import source
 
 from . import peers as peer_mod
 from . import rounds
@@ -41,6 +42,10 @@ KEYS = 10_000
 BATCH = 100
 FLOORS = ("PING", "EVALSHA return 1")
 OURS = (SlidingWindowLimiter, FixedWindowLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter)
+LOG = SlidingWindowLimiter.__name__
+# The exact log's storages (`SlidingWindowLimiter(..., storage=...)`). A build that
+# does not know the option has one log, the sorted set.
+STORAGES = ("sorted-set", "compact")
 BATCH_CASE = f"SlidingWindowLimiter check_many({BATCH}), 10k keys"
 PER_REQUEST_CASE = "SlidingWindowLimiter, new object per request, 10k keys"
 CLASSIC_REUSED_CASE = "classic recipe, one object reused, 10k keys"
@@ -67,6 +72,80 @@ class Identities:
         return f"client-{next(self._next) % KEYS}"
 
 
+def log_name(storage: str | None = None) -> str:
+    """Our exact log's case name: the default `SlidingWindowLimiter`, or one storage."""
+    return LOG if storage is None else f"{LOG} storage={storage}"
+
+
+@dataclass
+class Ours:
+    """Our limiters by name (the default exact log first, then each other storage this
+    build has, then the O(1) ones), and what became of each log storage: {"case":
+    the name that measures it, "default": whether that is the default limiter} or
+    {"skipped": why not}."""
+
+    limiters: dict[str, Any]
+    storages: dict[str, dict[str, Any]]
+
+
+def _storage_of(limiter: Any) -> str | None:
+    value = getattr(limiter, "storage", None)
+    if value is None:
+        value = getattr(limiter, "_options", {}).get("storage")
+    return value if isinstance(value, str) else None
+
+
+def ours(
+    classes: tuple[type, ...],
+    client: Any,
+    prefix: str,
+    *args: Any,
+    shared_prefix: bool = False,
+    **kwargs: Any,
+) -> Ours:
+    """Build `classes` (a log class first) as `cls(client, *args, prefix=..., **kwargs)`.
+
+    Each limiter gets a prefix of its own under `prefix` (the storages of the log may
+    name their keys alike), unless `shared_prefix` (its callers use distinct
+    identities; key names then have the length of real ones). Each storage of the log
+    is built with `storage=`; one that this build refuses (TypeError or ValueError,
+    e.g. before the option exists) is skipped with the reason, and a storage that the
+    default limiter already is, is not measured twice. When the build has no
+    `storage=` at all, its default log is the sorted set.
+    """
+
+    def own(name: str) -> str:
+        return prefix if shared_prefix else f"{prefix}:{name}"
+
+    log_cls, *others = classes
+    default = log_cls(client, *args, prefix=own(LOG), **kwargs)
+    limiters: dict[str, Any] = {log_name(): default}
+    storages: dict[str, dict[str, Any]] = {}
+    default_storage = _storage_of(default)
+    for storage in STORAGES:
+        if storage == default_storage:
+            storages[storage] = {"case": log_name(), "default": True}
+            continue
+        try:
+            limiter = log_cls(
+                client, *args, prefix=own(f"{LOG}-{storage}"), storage=storage, **kwargs
+            )
+        except (TypeError, ValueError) as exc:
+            if storage == "sorted-set" and isinstance(exc, TypeError) and default_storage is None:
+                storages[storage] = {"case": log_name(), "default": True}  # the only log
+                continue
+            storages[storage] = {
+                "skipped": f"skipped: storage={storage!r} is not available in this build "
+                f"({type(exc).__name__}: {exc})"
+            }
+            continue
+        limiters[log_name(storage)] = limiter
+        storages[storage] = {"case": log_name(storage), "default": False}
+    for cls in others:
+        limiters[cls.__name__] = cls(client, *args, prefix=own(cls.__name__), **kwargs)
+    return Ours(limiters, storages)
+
+
 def _pair(check: peer_mod.Checker) -> tuple[rounds.AsyncCase, rounds.AsyncCase]:
     async def on_hot(i: int) -> Any:
         return await check("hot")
@@ -80,7 +159,7 @@ def _pair(check: peer_mod.Checker) -> tuple[rounds.AsyncCase, rounds.AsyncCase]:
 
 
 def make_cases(
-    client: Any, prefix: str, peers: dict[str, peer_mod.Peer]
+    client: Any, prefix: str, peers: dict[str, peer_mod.Peer], mine: Ours
 ) -> dict[str, rounds.AsyncCase]:
     noop = client.register_script("return 1")
 
@@ -91,9 +170,8 @@ def make_cases(
         return await noop()
 
     cases = {"PING": rounds.sequential(ping), "EVALSHA return 1": rounds.sequential(evalsha)}
-    for cls in OURS:
-        limiter = cls(client, 1, LIMIT, prefix=f"{prefix}:{cls.__name__}")
-        cases[hot(cls.__name__)], cases[spread(cls.__name__)] = _pair(limiter.check)
+    for name, limiter in mine.limiters.items():
+        cases[hot(name)], cases[spread(name)] = _pair(limiter.check)
     for name, peer in peers.items():
         cases[hot(name)], cases[spread(name)] = _pair(peer.check)
 
@@ -112,17 +190,19 @@ def make_cases(
     async def batch(i: int) -> Any:
         return await batcher.check_many([ids_batch() for _ in range(BATCH)])
 
-    # The script's KEYS and ARGV as prelude.lua documents them: now ms, window ms,
-    # limit, cost, TTL slack; keys as our limiter names them.
-    log = SlidingWindowLimiter(client, 1, LIMIT, prefix=f"{prefix}:bare")
-    bare = client.register_script(source("sliding_log"))
+    # The default log's own script, KEYS and ARGV exactly as its check builds them
+    # (only ARGV[1], the time, changes between calls), without the limiter's code; on
+    # keys of their own, so that the log's case finds its keys as it left them.
+    log = type(mine.limiters[log_name()])(client, 1, LIMIT, prefix=f"{prefix}:bare")
+    bare = client.register_script(log._script.script)
+    args_tail = log._prepare("bench", 1)[1][1:]
     ids_args, ids_bare = Identities(), Identities()
 
     async def args_floor(i: int) -> Any:
-        return await noop(keys=[log.key_for(ids_args())], args=[_now_ms(), 1000, LIMIT, 1, 0])
+        return await noop(keys=[log.key_for(ids_args())], args=[_now_ms(), *args_tail])
 
     async def bare_script(i: int) -> Any:
-        return await bare(keys=[log.key_for(ids_bare())], args=[_now_ms(), 1000, LIMIT, 1, 0])
+        return await bare(keys=[log.key_for(ids_bare())], args=[_now_ms(), *args_tail])
 
     cases[ARGS_FLOOR_CASE] = rounds.sequential(args_floor)
     cases[BARE_SCRIPT_CASE] = rounds.sequential(bare_script)
@@ -136,10 +216,13 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def _check_admits(peers: dict[str, peer_mod.Peer]) -> None:
-    """Each peer must be measured on its admit path, like ours."""
+async def _check_admits(peers: dict[str, peer_mod.Peer], mine: Ours) -> None:
+    """Each case must be measured on its admit path, ours and the peers'."""
     for name, peer in peers.items():
         if not peer.admitted(await peer.check("admission-probe")):
+            raise RuntimeError(f"{name} rejected a check of a {LIMIT}/s limit; fix the setup")
+    for name, limiter in mine.limiters.items():
+        if not (await limiter.check("admission-probe")).allowed:
             raise RuntimeError(f"{name} rejected a check of a {LIMIT}/s limit; fix the setup")
 
 
@@ -150,8 +233,9 @@ async def run(
     prefix = f"bench:{os.getpid()}:checks"
     peers, skipped = peer_mod.build(client, url, prefix, LIMIT)
     try:
-        await _check_admits(peers)
-        cases = make_cases(client, prefix, peers)
+        mine = ours(OURS, client, prefix, 1, LIMIT)
+        await _check_admits(peers, mine)
+        cases = make_cases(client, prefix, peers, mine)
         per_round = await rounds.run_async(cases, n_rounds, n, warmup)
     finally:
         await peer_mod.close_all(peers)
@@ -163,6 +247,7 @@ async def run(
         "baselines": list(FLOORS),
         "peers": {name: {"counterpart": p.counterpart} for name, p in peers.items()},
         "skipped": skipped,
+        "log_storages": mine.storages,
         "per_round": per_round,
         "results": rounds.summarize(per_round, FLOORS),
     }

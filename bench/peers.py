@@ -1,14 +1,17 @@
-"""Other rate limiters on the same server, each asked for one check of a limit that admits.
+"""Other rate limiters on the same server, each asked for one check at a time.
 
-- the `limits` library, async storage on redis-py (`implementation="redispy"`):
-  its moving window (an exact log kept in a list) and sliding-window counter;
-- throttled-py (asyncio API, its Redis store on redis-py): sliding window (a weighted
-  counter of two windows) and GCRA;
-- the classic recipe (`classic.py`), a new limiter object per request.
+- the `limits` library, on redis-py: its moving window (an exact log kept in a list)
+  and sliding-window counter; async storage (`implementation="redispy"`) in `build`,
+  `limits.storage.RedisStorage` with `limits.strategies` in `build_sync`;
+- throttled-py (its Redis store on redis-py; `throttled.asyncio.Throttled` in `build`,
+  `throttled.Throttled` in `build_sync`): sliding window (a weighted counter of two
+  windows) and GCRA;
+- the classic recipe (`classic.py`), a new limiter object per request (async only).
 
-Every peer gets its own redis-py asyncio client for the same URL with the same
-socket timeout as ours (hiredis parser when installed, as ours), its own key prefix
-under the run's prefix, and the same limit and window. A peer whose package is not
+Every peer gets its own redis-py client for the same URL with the same socket
+timeout as ours (hiredis parser when installed, as ours), its own key prefix under
+the run's prefix, and the same limit and window (`limit` per `window_s` seconds;
+GCRA with a burst of the whole limit, as ours). A peer whose package is not
 installed, or that needs a server URL when only fakeredis is there, is skipped with
 the reason, never silently left out.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from ratelimit.lab.classic import ClassicSlidingLog
@@ -29,10 +33,10 @@ Checker = Callable[[str], Awaitable[Any]]  # one check for an identity
 class Peer:
     """A peer's check, how to read "admitted" from its answer, and our like-for-like case."""
 
-    check: Checker
+    check: Checker  # in `build_sync`'s peers a plain function
     admitted: Callable[[Any], bool]
     counterpart: str  # our limiter class implementing the same algorithm
-    closers: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
+    closers: list[Callable[[], Any]] = field(default_factory=list)
 
 
 # Peer name -> our limiter implementing the same algorithm (the fair comparison).
@@ -43,13 +47,16 @@ COUNTERPARTS = {
     "throttled-py GCRA": "TokenBucketLimiter",
     "classic recipe": "SlidingWindowLimiter",
 }
+CLASSIC = "classic recipe"  # a recipe, not a library: judged on its own (targets.py)
 
 
 def _import(name: str) -> Any:
     return importlib.import_module(name)
 
 
-def _limits_peers(url: str, prefix: str, limit: int, timeout: float) -> dict[str, Peer]:
+def _limits_peers(
+    url: str, prefix: str, limit: int, window_s: int, timeout: float
+) -> dict[str, Peer]:
     limits = _import("limits")
     storage_mod = _import("limits.aio.storage")
     strategies = _import("limits.aio.strategies")
@@ -59,7 +66,7 @@ def _limits_peers(url: str, prefix: str, limit: int, timeout: float) -> dict[str
         key_prefix=f"{prefix}:limits",
         socket_timeout=timeout,
     )
-    item = limits.RateLimitItemPerSecond(limit)
+    item = limits.RateLimitItemPerSecond(limit, window_s)
     moving = strategies.MovingWindowRateLimiter(storage)
     counter = strategies.SlidingWindowCounterRateLimiter(storage)
 
@@ -78,15 +85,45 @@ def _limits_peers(url: str, prefix: str, limit: int, timeout: float) -> dict[str
     }
 
 
-def _throttled_peers(url: str, prefix: str, limit: int, timeout: float) -> dict[str, Peer]:
+def _limits_peers_sync(
+    url: str, prefix: str, limit: int, window_s: int, timeout: float
+) -> dict[str, Peer]:
+    limits = _import("limits")
+    storage_mod = _import("limits.storage")
+    strategies = _import("limits.strategies")
+    storage = storage_mod.RedisStorage(url, key_prefix=f"{prefix}:limits", socket_timeout=timeout)
+    item = limits.RateLimitItemPerSecond(limit, window_s)
+    moving = strategies.MovingWindowRateLimiter(storage)
+    counter = strategies.SlidingWindowCounterRateLimiter(storage)
+    return {
+        "limits moving window": Peer(
+            lambda who: moving.hit(item, who),
+            bool,
+            COUNTERPARTS["limits moving window"],
+            [storage.storage.close],
+        ),
+        "limits sliding-window counter": Peer(
+            lambda who: counter.hit(item, who), bool, COUNTERPARTS["limits sliding-window counter"]
+        ),
+    }
+
+
+def _throttled_kinds(module: Any) -> tuple[tuple[str, str], ...]:
+    kinds = module.RateLimiterType
+    return (
+        ("throttled-py sliding window", kinds.SLIDING_WINDOW.value),
+        ("throttled-py GCRA", kinds.GCRA.value),
+    )
+
+
+def _throttled_peers(
+    url: str, prefix: str, limit: int, window_s: int, timeout: float
+) -> dict[str, Peer]:
     ta = _import("throttled.asyncio")
     store = ta.RedisStore(server=url, options={"SOCKET_TIMEOUT": timeout})
-    quota = ta.rate_limiter.per_sec(limit)
+    quota = ta.rate_limiter.per_duration(timedelta(seconds=window_s), limit)
     peers = {}
-    for name, using in (
-        ("throttled-py sliding window", ta.RateLimiterType.SLIDING_WINDOW.value),
-        ("throttled-py GCRA", ta.RateLimiterType.GCRA.value),
-    ):
+    for name, using in _throttled_kinds(ta):
         limiter = ta.Throttled(using=using, quota=quota, store=store, key_prefix=f"{prefix}:tp")
         peers[name] = Peer(limiter.limit, lambda result: not result.limited, COUNTERPARTS[name])
 
@@ -97,37 +134,82 @@ def _throttled_peers(url: str, prefix: str, limit: int, timeout: float) -> dict[
     return peers
 
 
-def build(
-    client: Any, url: str | None, prefix: str, limit: int, timeout: float = 1.0
+def _throttled_peers_sync(
+    url: str, prefix: str, limit: int, window_s: int, timeout: float
+) -> dict[str, Peer]:
+    tp = _import("throttled")
+    store = tp.RedisStore(server=url, options={"SOCKET_TIMEOUT": timeout})
+    quota = tp.rate_limiter.per_duration(timedelta(seconds=window_s), limit)
+    peers = {}
+    for name, using in _throttled_kinds(tp):
+        limiter = tp.Throttled(using=using, quota=quota, store=store, key_prefix=f"{prefix}:tp")
+        peers[name] = Peer(limiter.limit, lambda result: not result.limited, COUNTERPARTS[name])
+    peers["throttled-py GCRA"].closers.append(lambda: store._backend.get_client().close())
+    return peers
+
+
+_PACKAGES = (
+    (("limits moving window", "limits sliding-window counter"), "limits"),
+    (("throttled-py sliding window", "throttled-py GCRA"), "throttled-py"),
+)
+
+
+def _build(
+    factories: tuple[Callable[..., dict[str, Peer]], ...],
+    url: str | None,
+    prefix: str,
+    limit: int,
+    window_s: int,
+    timeout: float,
 ) -> tuple[dict[str, Peer], dict[str, str]]:
-    """The peers that can run here, and a reason for each one that cannot."""
     peers: dict[str, Peer] = {}
     skipped: dict[str, str] = {}
-    for names, package, factory in (
-        (("limits moving window", "limits sliding-window counter"), "limits", _limits_peers),
-        (("throttled-py sliding window", "throttled-py GCRA"), "throttled-py", _throttled_peers),
-    ):
+    for (names, package), factory in zip(_PACKAGES, factories, strict=True):
         if url is None:
             for name in names:
                 skipped[name] = "skipped: needs a real Redis URL (running on embedded fakeredis)"
             continue
         try:
-            peers.update(factory(url, prefix, limit, timeout))
+            peers.update(factory(url, prefix, limit, window_s, timeout))
         except ImportError as exc:
             for name in names:
                 skipped[name] = (
                     f"skipped: {package} is not installed ({exc}); "
                     "pip install -e '.[bench]' brings it"
                 )
+    return peers, skipped
+
+
+def build(
+    client: Any,
+    url: str | None,
+    prefix: str,
+    limit: int,
+    timeout: float = 1.0,
+    window_s: int = 1,
+) -> tuple[dict[str, Peer], dict[str, str]]:
+    """The async peers that can run here, and a reason for each one that cannot."""
+    peers, skipped = _build(
+        (_limits_peers, _throttled_peers), url, prefix, limit, window_s, timeout
+    )
 
     # The recipe runs on our own client: it is code an application would write around it.
     def classic(who: str) -> Awaitable[bool]:
         # A new object per request, as a route that builds the recipe inside itself.
-        recipe = ClassicSlidingLog(client, 1, limit, prefix=f"{prefix}:classic")
+        recipe = ClassicSlidingLog(client, window_s, limit, prefix=f"{prefix}:classic")
         return recipe.check_transaction(who)
 
-    peers["classic recipe"] = Peer(classic, bool, COUNTERPARTS["classic recipe"])
+    peers[CLASSIC] = Peer(classic, bool, COUNTERPARTS[CLASSIC])
     return peers, skipped
+
+
+def build_sync(
+    url: str | None, prefix: str, limit: int, timeout: float = 1.0, window_s: int = 1
+) -> tuple[dict[str, Peer], dict[str, str]]:
+    """The sync peers (the libraries' blocking APIs) that can run here, and why not."""
+    return _build(
+        (_limits_peers_sync, _throttled_peers_sync), url, prefix, limit, window_s, timeout
+    )
 
 
 async def close_all(peers: dict[str, Peer]) -> None:
@@ -135,3 +217,9 @@ async def close_all(peers: dict[str, Peer]) -> None:
     for peer in peers.values():
         for close in peer.closers:
             await close()
+
+
+def close_all_sync(peers: dict[str, Peer]) -> None:
+    for peer in peers.values():
+        for close in peer.closers:
+            close()

@@ -47,7 +47,10 @@ class Options:
     n: int = 400  # checks per case per round
     concurrency_n: int = 1000
     tasks: tuple[int, ...] = concurrency.TASKS
-    cost_calls: int = 1000
+    # server cost: interleaved rounds of every case, checks per case per round (at most
+    # 10,000); short rounds pair a case with the one it is compared to more tightly
+    cost_rounds: int = 15
+    cost_calls: int = 400
     memory_limits: tuple[int, ...] = memory_per_key.LIMITS
     requests: int = 1_000_000  # replay: the model's trace
     # replay: rows decided by Redis and fakeredis; their rates do not depend on the
@@ -78,7 +81,8 @@ class Options:
             rounds=2,
             n=40,
             concurrency_n=100,
-            cost_calls=100,
+            cost_rounds=2,
+            cost_calls=50,
             memory_limits=(10, 128, 129, 1_000),
             requests=5_000,
             redis_rows=300,
@@ -103,6 +107,39 @@ def pick_url() -> str | None:
         return DEFAULT_URL
     except redis.exceptions.RedisError:
         return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def machine() -> str:
+    """What ran the bench: architecture, CPU, cores, Python and redis-py."""
+    return (
+        f"{platform.machine()}, {_cpu_model()}, {os.cpu_count()} cores; "
+        f"Python {platform.python_version()}, redis-py {redis.__version__}"
+    )
+
+
+def server_version(url: str | None) -> str:
+    """The Redis version at `url` (INFO server), or what answers instead."""
+    if url is None:
+        return "none (embedded fakeredis)"
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=1)
+        try:
+            return str(client.info("server")["redis_version"])
+        finally:
+            client.close()
+    except (redis.exceptions.RedisError, KeyError) as exc:
+        return f"unknown ({type(exc).__name__})"
 
 
 @contextlib.contextmanager
@@ -144,7 +181,7 @@ async def _async_parts(
         if "concurrency" in o.parts:
             with timer.part("concurrency"):
                 out["concurrency"] = await concurrency.run(
-                    client, o.rounds, o.concurrency_n, o.tasks
+                    client, o.rounds, o.concurrency_n, o.tasks, url=url
                 )
         if o.profile_n:
             with timer.part("profile"):
@@ -162,7 +199,7 @@ async def _async_parts(
             try:
                 with timer.part("cost"):
                     out["server_cost"] = await server_cost.run(
-                        cost_client, cost_url, o.cost_calls, where
+                        cost_client, cost_url, o.cost_rounds, o.cost_calls, where
                     )
             finally:
                 await cost_client.aclose()
@@ -176,9 +213,9 @@ def run(options: Options | None = None, url: str | None = "auto") -> dict[str, A
     timer = _Timer()
     report: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.node()}, "
-        f"Python {platform.python_version()}, redis-py {redis.__version__}",
+        "machine": machine(),
         "backend": f"real Redis at {url}" if url else "embedded fakeredis (no Redis answered)",
+        "redis_version": server_version(url),
         "options": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(o).items()},
     }
     with cost_server(url, o.private_server) as (cost_url, where):
@@ -200,7 +237,7 @@ def run(options: Options | None = None, url: str | None = "auto") -> dict[str, A
         sync_client = connect_sync(url, embedded=url is None)
         try:
             with timer.part("sync"):
-                report["sync"] = sync_checks.run(sync_client, o.rounds, o.n)
+                report["sync"] = sync_checks.run(sync_client, o.rounds, o.n, url)
         finally:
             sync_client.close()
     if "nearcache" in o.parts:

@@ -17,7 +17,11 @@ def _ratios_table(part: dict[str, Any], bases: list[str], title: str) -> list[st
 
 
 def _skipped(part: dict[str, Any]) -> list[str]:
-    return [f"  {name}: {reason}" for name, reason in part.get("skipped", {}).items()]
+    out = [f"  {name}: {reason}" for name, reason in part.get("skipped", {}).items()]
+    for storage, found in part.get("log_storages", {}).items():
+        if "skipped" in found:
+            out.append(f"  log storage={storage}: {found['skipped']}")
+    return out
 
 
 def lines(report: dict[str, Any]) -> list[str]:
@@ -36,6 +40,7 @@ def lines(report: dict[str, Any]) -> list[str]:
         out += [""] + _ratios_table(
             s, list(FLOORS), f"sync checks (ratios against the sync floors), {s['rounds']} rounds"
         )
+        out += _skipped(s)
     if "concurrency" in report:
         k = report["concurrency"]
         out.append("")
@@ -53,16 +58,7 @@ def lines(report: dict[str, Any]) -> list[str]:
             title = f"cluster at {cl['url']} (from {cl.get('source', 'given')})"
             out += _ratios_table(cl, [next(iter(cl["results"]))], title)
     if "server_cost" in report:
-        sc = report["server_cost"]
-        out.append("")
-        if "skipped" in sc:
-            out.append(f"server cost: {sc['skipped']}")
-        else:
-            out.append(f"server cost per check (INFO commandstats) on {sc['server']}")
-            out.append(f"{'case':58} {'usec':>7} {'top-level cmds':>14}")
-            for name, r in sc["results"].items():
-                cmds = r["top_level_commands_per_check"]
-                out.append(f"{name:58} {r['usec_per_check']:>7.2f} {cmds:>14.2f}")
+        out += [""] + _server_cost(report["server_cost"])
     if "memory" in report:
         m = report["memory"]
         out.append("")
@@ -74,13 +70,14 @@ def lines(report: dict[str, Any]) -> list[str]:
                 f"zset-max-listpack-entries {m['zset_max_listpack_entries']}"
             )
             out.append(
-                f"{'algorithm':22} {'limit':>8} {'bytes/key':>11} {'bytes/member':>13}  encoding"
+                f"{'algorithm':22} {'limit':>8} {'bytes/key':>11} {'bytes/unit':>11}  encoding"
             )
             for r in m["rows"]:
-                alg = f"{r['algorithm']} {r['member_format']}".strip()
-                per = "" if r["bytes_per_member"] is None else f"{r['bytes_per_member']:.1f}"
-                size = f"{r['limit']:>8,} {r['bytes_per_key']:>11,} {per:>13}"
+                alg = " ".join(x for x in (r["algorithm"], r["storage"], r["member_format"]) if x)
+                per = "" if r["bytes_per_unit"] is None else f"{r['bytes_per_unit']:.1f}"
+                size = f"{r['limit']:>8,} {r['bytes_per_key']:>11,} {per:>11}"
                 out.append(f"{alg:22} {size}  {r['encoding']}")
+            out += _skipped(_pick_storages(m))
     if "nearcache" in report:
         out += [""] + _nearcache(report["nearcache"])
     if "replay" in report:
@@ -96,12 +93,36 @@ def lines(report: dict[str, Any]) -> list[str]:
         for row in p["top_by_own_time"][:10]:
             out.append(f"  {row['own_us_per_check']:7.1f} us  {row['function']}")
     if report.get("targets"):
-        out += ["", "targets (throughput: median of same-round ratios):"]
+        out += ["", "targets (ratios: the median of same-round ratios):"]
         out += [line for t in report["targets"] for line in _target(t)]
     if report.get("timings_s"):
         parts = ", ".join(f"{k} {v:.1f}" for k, v in report["timings_s"].items())
         out += ["", f"seconds per part: {parts}"]
     return out
+
+
+def _server_cost(sc: dict[str, Any]) -> list[str]:
+    if "skipped" in sc:
+        return [f"server cost: {sc['skipped']}"]
+    out = [
+        f"server time per check (INFO commandstats) on {sc['server']}; median of "
+        f"{sc['rounds']} interleaved rounds, {sc['checks_per_case_per_round']:,} checks per "
+        "case per round",
+        f"  admit: {sc['admit']}",
+        f"  reject: {sc['reject']}",
+        f"{'case':58} {'usec':>7} {'top-level cmds':>14} {'admitted':>9}",
+    ]
+    for name, r in sc["results"].items():
+        cmds = r["top_level_commands_per_check"]
+        out.append(
+            f"{name:58} {r['usec_per_check']:>7.2f} {cmds:>14.2f} {r['admitted_per_check']:>9.1%}"
+        )
+    peers_and_storages = {"skipped": sc.get("peers_skipped", {}), **_pick_storages(sc)}
+    return out + _skipped(peers_and_storages)
+
+
+def _pick_storages(part: dict[str, Any]) -> dict[str, Any]:
+    return {"log_storages": part.get("log_storages", {})}
 
 
 def _nearcache(nc: dict[str, Any]) -> list[str]:
@@ -133,7 +154,8 @@ def _nearcache(nc: dict[str, Any]) -> list[str]:
     return out
 
 
-def _figure(t: dict[str, Any]) -> str:
+def figure(t: dict[str, Any], need: bool = True) -> str:
+    """A target row's value with its rounds' quartiles, and (`need`) its threshold."""
     unit = t["unit"]
     if unit == "x":
         text = f"{t['value']:.2f}x"
@@ -141,11 +163,12 @@ def _figure(t: dict[str, Any]) -> str:
         text = f"{t['value']:.2f}{unit}"
     else:
         text = f"{t['value']:,}{unit}"
+    need = need and t["threshold"] is not None
     if t.get("quartiles"):
         q1, q3 = t["quartiles"]
         text += f" (rounds' quartiles {q1:.2f}-{q3:.2f}"
-        text += ")" if t["threshold"] is None else f"; need {t['op']} {t['threshold']:g}{unit})"
-    elif t["threshold"] is not None and t["op"] != "==":
+        text += f"; need {t['op']} {t['threshold']:g}{unit})" if need else ")"
+    elif need and t["op"] != "==":
         text += f" (need {t['op']} {t['threshold']:g}{unit})"
     return text
 
@@ -153,6 +176,6 @@ def _figure(t: dict[str, Any]) -> str:
 def _target(t: dict[str, Any]) -> list[str]:
     if t["verdict"] == "SKIP":
         return [f"  SKIP       {t['target']}: {t['skipped']}"]
-    lines = [f"  {t['verdict']:10} {t['target']}: {_figure(t)}"]
+    lines = [f"  {t['verdict']:10} {t['target']}: {figure(t)}"]
     lines += [f"             - {why}" for why in t.get("why", [])]
     return lines

@@ -1,6 +1,8 @@
 """`make bench` in quick mode: structure, ratios, skips with reasons, the classic recipe,
-the near-cache part, and how the targets are judged (including FAIL/EXPLAINED rows,
-whose explanations must be computed from the run's own figures).
+the near-cache part, and how the targets are judged (including FAIL rows, whose
+explanations must be computed from the run's own figures). The targets' arithmetic on
+synthetic reports is in test_targets.py, the server-cost arithmetic in
+test_server_cost.py, the README's tables in test_readme.py.
 
 No timing is asserted here (that is what `make bench` reports, as ratios); these tests
 check that the bench measures what it says and reports it consistently.
@@ -17,12 +19,13 @@ import pytest
 import redis
 
 from bench import __main__ as cli
-from bench import checks, cluster, peers, rounds, server_cost, suite, targets
+from bench import checks, cluster, peers, rounds, server_cost, suite, sync_checks, targets
 from ratelimit.devtools.process import free_port
 from tests.conftest import _missing  # skips, or fails under CI=true
 
 PEER_NAMES = set(peers.COUNTERPARTS)
 PACKAGE_PEERS = PEER_NAMES - {"classic recipe"}
+PARTS_OF_ROWS = {"async": "checks", "sync": "sync", "server_cost": "server_cost"}
 
 
 def quick(*parts: str) -> suite.Options:
@@ -68,23 +71,28 @@ async def test_cases_count_their_checks() -> None:
 
 
 def assert_targets_judged(report: dict) -> None:
-    """Every judged target's verdict follows from its value and threshold."""
+    """Every judged target's verdict follows from its value and threshold, and every
+    same-round ratio is the median of its part's per-round quotients."""
+    names = [t["target"] for t in report["targets"]]
+    assert len(names) == len(set(names))  # one row per target
     for t in report["targets"]:
-        assert t["verdict"] in {"PASS", "FAIL", "SKIP", "EXPLAINED", "INFO"}
+        assert t["verdict"] in {"PASS", "FAIL", "SKIP", "INFO"}
         if t["verdict"] == "SKIP":
             assert t["pass"] is None and t["skipped"].startswith("skipped:")
             continue
         if t["verdict"] == "INFO":
             assert t["threshold"] is None and t["pass"] is None
-            continue
-        meets = {
-            ">=": t["value"] >= t["threshold"],
-            "<=": t["value"] <= t["threshold"],
-            "==": t["value"] == t["threshold"],
-        }[t["op"]]
-        assert t["pass"] == meets == (t["verdict"] == "PASS")
-        if t["verdict"] == "EXPLAINED":
-            assert t["why"]
+        else:
+            meets = {
+                ">=": t["value"] >= t["threshold"],
+                "<=": t["value"] <= t["threshold"],
+                "==": t["value"] == t["threshold"],
+            }[t["op"]]
+            assert t["pass"] == meets == (t["verdict"] == "PASS")
+        part = report.get(PARTS_OF_ROWS.get(t.get("part", "async"), ""))
+        if "case" in t and part and t["against"] in part["per_round"][0]:
+            want = rounds.ratio(part["per_round"], t["case"], t["against"])
+            assert t["ratio"] == pytest.approx(want)
 
 
 def test_quick_run_on_fakeredis_reports_everything_or_why_not(monkeypatch) -> None:
@@ -116,19 +124,26 @@ def test_quick_run_on_fakeredis_reports_everything_or_why_not(monkeypatch) -> No
     nc = report["nearcache"]
     assert_consistent_nearcache(nc, suite.Options.quick())
     # Every target is judged on a same-round ratio of its own part, or skipped with the
-    # reason; the memory targets need MEMORY USAGE, which fakeredis lacks.
+    # reason: the peers need a server URL, server time INFO commandstats and memory
+    # MEMORY USAGE, which fakeredis lacks.
     assert_targets_judged(report)
     rows = report["targets"]
-    assert {t["target"] for t in rows if t["verdict"] == "SKIP"} == {
-        f"ahead of {p}" for p in PACKAGE_PEERS
-    } | {"sliding-log memory per member"}
+    skipped = {t["target"]: t["skipped"] for t in rows if t["verdict"] == "SKIP"}
+    storage_rows = [n for n in skipped if f"{checks.LOG} storage=" in n]
+    peer_rows = [n for n in skipped if " check, 10k keys: " in n and n not in storage_rows]
+    assert len(peer_rows) == 2 * len(targets.ALGORITHM_PEERS)  # async and sync
+    assert all("fakeredis" in skipped[n] for n in peer_rows)
+    assert sum("server time" in n for n in skipped) == 5
+    assert any(n.startswith("memory per admitted unit") for n in skipped)
     for t in rows:
-        if "case" in t:
-            part = nc if t["case"] == "near-cache" else c
-            want = rounds.ratio(part["per_round"], t["case"], t["against"])
+        if "near-cache" in t["target"] and "case" in t:
+            want = rounds.ratio(nc["per_round"], t["case"], t["against"])
             assert t["ratio"] == pytest.approx(want)
     nc_rows = [t for t in rows if "near-cache" in t["target"] or "locally" in t["target"]]
     assert [t["verdict"] for t in nc_rows[1:]] == ["PASS", "PASS"]  # exact, no calls
+    # The sync part measures our limiters on fakeredis too; its peers say why not.
+    assert set(report["sync"]["skipped"]) == PACKAGE_PEERS
+    assert checks.spread(sync_checks.name("SlidingWindowLimiter")) in report["sync"]["results"]
     json.dumps(report)  # what results.json holds
 
 
@@ -152,54 +167,66 @@ def assert_consistent_nearcache(nc: dict, options: suite.Options) -> None:
 
 @pytest.mark.real_redis
 def test_quick_run_on_real_redis_with_peers(real_redis_url: str) -> None:
-    report = suite.run(quick("checks", "cost", "memory", "nearcache"), url=real_redis_url)
+    report = suite.run(quick("checks", "sync", "cost", "memory", "nearcache"), url=real_redis_url)
     c = report["checks"]
     assert_consistent(c)
+    assert_consistent(report["sync"])
     assert_consistent_nearcache(report["nearcache"], suite.Options.quick())
     assert_targets_judged(report)
-    # Both peer packages are in the bench extra (and the lock): all peers run, on redis-py 8.
-    assert c["skipped"] == {}
+    # Both peer packages are in the bench extra (and the lock): all peers run, on redis-py 8,
+    # async and sync (the sync part has no classic recipe).
+    assert c["skipped"] == {} and report["sync"]["skipped"] == {}
     assert set(c["peers"]) == PEER_NAMES
+    assert set(report["sync"]["peers"]) == PACKAGE_PEERS
     for peer in PEER_NAMES:
         assert checks.hot(peer) in c["results"] and checks.spread(peer) in c["results"]
+    for peer in PACKAGE_PEERS:
+        assert checks.spread(sync_checks.name(peer)) in report["sync"]["results"]
     assert redis.__version__.startswith("8.")
-    peer_cases = {f(p) for p in PEER_NAMES for f in (checks.hot, checks.spread)}
-    peer_rows = [t for t in report["targets"] if t.get("against") in peer_cases]
-    assert len(peer_rows) == 2 * len(PEER_NAMES)  # hot and 10k keys per peer
-    assert all(t["threshold"] == targets.PEER_TARGET for t in peer_rows)
-    # A peer we trail gets the split of the gap into server and client time.
-    assert all("INFO commandstats" in t["why"][0] for t in peer_rows if not t["pass"])
-    # Server cost: one script call per check for ours, MULTI + EXEC for the recipe.
-    cost = report["server_cost"]["results"]
-    assert (
-        cost[checks.spread("SlidingWindowLimiter")]["commands"]["evalsha"]["calls_per_check"] == 1
-    )
-    recipe = cost[checks.spread("classic recipe")]
+    # Ours against the best peer of the same algorithm, async and sync: judged on 10k
+    # keys, shown on the hot key; a miss gets the split into server and client time.
+    judged = [
+        t
+        for t in report["targets"]
+        if " check, 10k keys: " in t["target"] and t["threshold"] == targets.PEER_TARGET
+    ]
+    assert len(judged) == 2 * len(targets.ALGORITHM_PEERS)
+    assert all("INFO commandstats" in t["why"][0] for t in judged if not t["pass"])
+    # Server cost: one script call per check for ours, MULTI + EXEC for the recipe; every
+    # admit check admitted, every reject check rejected (its key full beforehand).
+    cost = report["server_cost"]
+    results = cost["results"]
+    log = results[server_cost.admit("SlidingWindowLimiter")]
+    assert log["commands"]["evalsha"]["calls_per_check"] == 1
+    recipe = results[server_cost.admit("classic recipe")]
     assert recipe["top_level_commands_per_check"] == 2
     assert recipe["commands"]["zadd"]["nested"] is True
-    assert cost["PING"]["commands"]["ping"]["calls_per_check"] == 1
-    # Memory: our integer members are smaller than the classic strings at every limit.
+    assert results[server_cost.NOOP]["commands"]["evalsha"]["calls_per_check"] == 1
+    incr = results[server_cost.INCR]["commands"]
+    assert incr["incr"]["calls_per_check"] == incr["pexpire"]["calls_per_check"] == 1
+    assert len(cost["per_round"]) == cost["rounds"] == suite.Options.quick().cost_rounds
+    for name, r in results.items():
+        want = 0.0 if r["kind"] == "reject" else 1.0
+        assert r["admitted_per_check"] == want, name
+        assert r["usec_per_check"] == pytest.approx(statistics.median(r["rounds"]))
+    for peer in PACKAGE_PEERS:
+        assert server_cost.admit(peer) in results and server_cost.reject(peer) in results
+    server_rows = [t for t in report["targets"] if t.get("part") == "server_cost"]
+    assert {t["op"] for t in server_rows} == {"<="}
+    assert len([t for t in server_rows if t["threshold"] is not None]) == 5
+    # Memory: our members are smaller than the classic strings at every limit.
     rows = {
-        (r["member_format"], r["limit"]): r
+        (r["storage"] or r["member_format"], r["limit"]): r
         for r in report["memory"]["rows"]
         if r["algorithm"] == "log"
     }
     for limit in suite.Options.quick().memory_limits:
         assert (
-            rows["script", limit]["bytes_per_member"] < rows["classic", limit]["bytes_per_member"]
+            rows["sorted-set", limit]["bytes_per_unit"] < rows["classic", limit]["bytes_per_unit"]
         )
-    # The memory targets: one row per measured limit; one just past the listpack
-    # threshold carries the split into per-member and fixed cost, from these figures.
-    threshold = report["memory"]["zset_max_listpack_entries"]
-    mem = {t["target"]: t for t in report["targets"] if "memory at limit" in t["target"]}
-    past = mem[f"sliding-log memory at limit {threshold + 1:,} (skiplist)"]
-    largest = max(suite.Options.quick().memory_limits)
-    per_member = rows["script", largest]["bytes_per_member"]
-    fixed = rows["script", threshold + 1]["bytes_per_key"] - (threshold + 1) * per_member
-    assert past["value"] == rows["script", threshold + 1]["bytes_per_member"]
-    if past["verdict"] != "PASS":
-        assert f"{fixed:,.0f} B fixed per key" in past["why"][0]
-        assert past["verdict"] == ("EXPLAINED" if per_member <= 100 else "FAIL")
+    mem = [t for t in report["targets"] if "storage=sorted-set (" in t["target"]]
+    assert len(mem) == len(suite.Options.quick().memory_limits)
+    assert all(t["verdict"] == "INFO" for t in mem)
     # Nothing is left behind on the shared server.
     client = redis.Redis.from_url(real_redis_url)
     try:
@@ -221,24 +248,11 @@ def test_missing_peer_packages_are_skipped_with_a_reason(monkeypatch) -> None:
 
 async def test_cluster_is_skipped_with_a_reason(monkeypatch) -> None:
     monkeypatch.delenv(cluster.ENV, raising=False)
+    monkeypatch.setattr(cluster, "STATE_FILES", ())  # whatever make cluster-up left here
     assert "no cluster" in (await cluster.run(1, 10))["skipped"]
     nobody = f"redis://127.0.0.1:{free_port()}/0"
     out = await cluster.run(1, 10, url=nobody)
     assert out["skipped"].startswith("skipped:") and "did not answer" in out["skipped"]
-
-
-def test_server_cost_counts_top_level_commands_only() -> None:
-    before = {"evalsha": {"calls": 5, "usec": 50}, "zadd": {"calls": 0, "usec": 0}}
-    after = {
-        "evalsha": {"calls": 15, "usec": 250},
-        "zadd": {"calls": 10, "usec": 40},  # inside the scripts: already in evalsha's time
-        "info": {"calls": 1, "usec": 99},
-    }
-    out = server_cost.per_check(before, after, 10)
-    assert out["usec_per_check"] == 20 and out["top_level_commands_per_check"] == 1
-    assert out["commands"]["zadd"]["nested"] is True and "info" not in out["commands"]
-    plain = server_cost.per_check({}, {"ping": {"calls": 4, "usec": 2}}, 4)
-    assert plain["usec_per_check"] == 0.5 and plain["top_level_commands_per_check"] == 1
 
 
 def test_cli_writes_results_and_figures(tmp_path, monkeypatch, capsys) -> None:
@@ -329,40 +343,6 @@ def test_evalsha_target_failure_is_explained_from_the_same_run() -> None:
     why = " ".join(rows[0]["why"])
     assert "the gap is the limiter's Python code" in why and "not measured" in why
     assert targets.judge({"checks": synthetic_checks(bare=0.9, ours=0.86)})[0]["verdict"] == "PASS"
-
-
-def test_memory_rows_split_fixed_and_per_member_cost() -> None:
-    def row(limit: int, per_key: int, encoding: str) -> dict:
-        return {
-            "algorithm": "log",
-            "member_format": "script",
-            "limit": limit,
-            "bytes_per_key": per_key,
-            "bytes_per_member": per_key / limit,
-            "encoding": encoding,
-        }
-
-    memory = {
-        "zset_max_listpack_entries": 128,
-        "rows": [
-            row(128, 128 * 16, "listpack"),
-            row(129, 129 * 90 + 2600, "skiplist"),
-            row(100_000, 100_000 * 90 + 2600, "skiplist"),
-        ],
-    }
-    rows = {t["target"]: t for t in targets.judge({"memory": memory})}
-    assert rows["sliding-log memory at limit 128 (listpack)"]["verdict"] == "PASS"
-    assert rows["sliding-log memory at limit 100,000 (skiplist)"]["verdict"] == "PASS"
-    past = rows["sliding-log memory at limit 129 (skiplist)"]
-    assert past["verdict"] == "EXPLAINED" and past["pass"] is False
-    fixed = 129 * 90 + 2600 - 129 * (100_000 * 90 + 2600) / 100_000
-    assert f"+ {fixed:,.0f} B fixed per key" in past["why"][0]
-    assert rows["sliding-log memory at limit 1,000"]["verdict"] == "SKIP"
-    # Per member over the line too: a plain FAIL, not an explanation.
-    memory["rows"][2] = row(100_000, 100_000 * 120, "skiplist")
-    rows = {t["target"]: t for t in targets.judge({"memory": memory})}
-    assert rows["sliding-log memory at limit 129 (skiplist)"]["verdict"] == "FAIL"
-    assert rows["sliding-log memory at limit 100,000 (skiplist)"]["verdict"] == "FAIL"
 
 
 def test_cluster_url_from_the_environment_or_make_cluster_up(tmp_path, monkeypatch) -> None:
