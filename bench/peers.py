@@ -116,16 +116,24 @@ def _throttled_kinds(module: Any) -> tuple[tuple[str, str], ...]:
     )
 
 
+def _throttled(
+    module: str, url: str, prefix: str, limit: int, window_s: int, timeout: float
+) -> tuple[dict[str, Peer], Any]:
+    """throttled-py's peers from `module` (its asyncio or sync API), and their store."""
+    tp = _import(module)
+    store = tp.RedisStore(server=url, options={"SOCKET_TIMEOUT": timeout})
+    quota = tp.rate_limiter.per_duration(timedelta(seconds=window_s), limit)
+    peers = {}
+    for name, using in _throttled_kinds(tp):
+        limiter = tp.Throttled(using=using, quota=quota, store=store, key_prefix=f"{prefix}:tp")
+        peers[name] = Peer(limiter.limit, lambda result: not result.limited, COUNTERPARTS[name])
+    return peers, store
+
+
 def _throttled_peers(
     url: str, prefix: str, limit: int, window_s: int, timeout: float
 ) -> dict[str, Peer]:
-    ta = _import("throttled.asyncio")
-    store = ta.RedisStore(server=url, options={"SOCKET_TIMEOUT": timeout})
-    quota = ta.rate_limiter.per_duration(timedelta(seconds=window_s), limit)
-    peers = {}
-    for name, using in _throttled_kinds(ta):
-        limiter = ta.Throttled(using=using, quota=quota, store=store, key_prefix=f"{prefix}:tp")
-        peers[name] = Peer(limiter.limit, lambda result: not result.limited, COUNTERPARTS[name])
+    peers, store = _throttled("throttled.asyncio", url, prefix, limit, window_s, timeout)
 
     async def close() -> None:
         await store._backend.get_client().aclose()
@@ -137,13 +145,7 @@ def _throttled_peers(
 def _throttled_peers_sync(
     url: str, prefix: str, limit: int, window_s: int, timeout: float
 ) -> dict[str, Peer]:
-    tp = _import("throttled")
-    store = tp.RedisStore(server=url, options={"SOCKET_TIMEOUT": timeout})
-    quota = tp.rate_limiter.per_duration(timedelta(seconds=window_s), limit)
-    peers = {}
-    for name, using in _throttled_kinds(tp):
-        limiter = tp.Throttled(using=using, quota=quota, store=store, key_prefix=f"{prefix}:tp")
-        peers[name] = Peer(limiter.limit, lambda result: not result.limited, COUNTERPARTS[name])
+    peers, store = _throttled("throttled", url, prefix, limit, window_s, timeout)
     peers["throttled-py GCRA"].closers.append(lambda: store._backend.get_client().close())
     return peers
 
