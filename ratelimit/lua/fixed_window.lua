@@ -11,7 +11,14 @@
 local M = 2 * limit + 1
 local P = math.floor(9007199254740992 / M)
 local number = math.floor(now / window)
-local stored = redis.call('INCRBY', key, cost)
+local stored = redis.pcall('INCRBY', key, cost)
+if type(stored) == 'table' then
+  -- Only a key of another type is replaced (an earlier version kept a hash here):
+  -- this identity's count starts again. Any other error goes back as it is.
+  if not string.find(tostring(stored.err), 'WRONGTYPE', 1, true) then return stored end
+  redis.call('DEL', key)
+  stored = redis.call('INCRBY', key, cost)
+end
 local stored_number = math.floor(stored / M)
 -- How many windows the stored count is behind this request's window.
 local behind = (number % P - stored_number) % P

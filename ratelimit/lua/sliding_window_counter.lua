@@ -6,7 +6,14 @@
 -- key, now, window, limit, cost and ttl (two windows, plus slack) come from prelude.lua.
 
 local w, c, p -- the stored state; w is nil for a new key
-local stored = redis.call('GET', key)
+local stored = redis.pcall('GET', key)
+if type(stored) == 'table' then
+  -- Only a key of another type is dropped (an earlier version kept a hash here):
+  -- this identity's counts start again. Any other error goes back as it is.
+  if not string.find(tostring(stored.err), 'WRONGTYPE', 1, true) then return stored end
+  redis.call('DEL', key)
+  stored = false
+end
 if stored then
   local sw, sc, sp = string.match(stored, '^(%-?%d+):(%d+):(%d+)$')
   w, c, p = sw + 0, sc + 0, sp + 0
