@@ -240,6 +240,18 @@ async def run(
     finally:
         await peer_mod.close_all(peers)
         await delete_prefix(client, prefix)
+    return report(n_rounds, n, peers, skipped, mine.storages, per_round)
+
+
+def report(
+    n_rounds: int,
+    n: int,
+    peers: dict[str, Any],
+    skipped: dict[str, str],
+    log_storages: Any,
+    per_round: rounds.Rounds,
+) -> dict[str, Any]:
+    """The part's report, async or sync: its rounds, against the floors, and its peers."""
     return {
         "rounds": n_rounds,
         "checks_per_case_per_round": n,
@@ -247,7 +259,7 @@ async def run(
         "baselines": list(FLOORS),
         "peers": {name: {"counterpart": p.counterpart} for name, p in peers.items()},
         "skipped": skipped,
-        "log_storages": mine.storages,
+        "log_storages": log_storages,
         "per_round": per_round,
         "results": rounds.summarize(per_round, FLOORS),
     }

@@ -12,7 +12,7 @@ from ratelimit import sync
 
 from . import peers as peer_mod
 from . import rounds
-from .checks import FLOORS, LIMIT, Identities, hot, ours, spread
+from .checks import LIMIT, Identities, hot, ours, report, spread
 from .cleanup import delete_prefix_sync
 
 OURS = (
@@ -75,14 +75,4 @@ def run(
     finally:
         peer_mod.close_all_sync(peers)
         delete_prefix_sync(client, prefix)
-    return {
-        "rounds": n_rounds,
-        "checks_per_case_per_round": n,
-        "limit": f"{LIMIT:,} per second (every check admitted)",
-        "baselines": list(FLOORS),
-        "peers": {case: {"counterpart": p.counterpart} for case, p in peers.items()},
-        "skipped": skipped,
-        "log_storages": mine.storages,
-        "per_round": per_round,
-        "results": rounds.summarize(per_round, FLOORS),
-    }
+    return report(n_rounds, n, peers, skipped, mine.storages, per_round)
