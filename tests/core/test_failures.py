@@ -520,6 +520,9 @@ async def run_under_load(
             hammer(limiter, "victim", tasks=TASKS, duration=30, think_time=THINK, stop=stop)
         )
         await asyncio.sleep(BEFORE)
+        # On a busy host the load's threads can take longer than BEFORE to start: the
+        # fault waits until the server has counted a few checks.
+        await _until_counted(server, config.key, 5)
         fault_start = time.time()
         new_server_from = await fault()
         fault_end = time.time()
@@ -536,6 +539,14 @@ async def run_under_load(
         scores = [int(s) for _, s in reader.zrange(config.key, 0, -1, withscores=True)]
     result = LoadResult.from_checks(config, checks)
     return Run(result, fault_start, fault_end, new_server_from, scores)
+
+
+async def _until_counted(server: Any, key: str, n: int, deadline_s: float = 10.0) -> None:
+    """Wait until `key` holds `n` entries on `server` (at most `deadline_s`)."""
+    give_up = time.monotonic() + deadline_s
+    with server.client() as reader:
+        while reader.zcard(key) < n and time.monotonic() < give_up:
+            await asyncio.sleep(0.02)
 
 
 def assert_contract(run: Run, on_error: str, *, failures_expected: bool | None) -> None:
