@@ -39,7 +39,8 @@ export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Replays stay quiet in committed notebook outputs and in tests (no tqdm bars).
 run refresh test: export RATELIMIT_PROGRESS = 0
-# Only `make refresh` rewrites what is committed: the measured table and the gallery.
+# Only `make refresh` rewrites what is committed: the measured table, the records and the gallery;
+# `make run` and `make test` check the records instead (ratelimit/lab/records.py).
 refresh: export RATELIMIT_SAVE_MEASUREMENTS = 1
 refresh: export RATELIMIT_WRITE_FIGURES = 1
 run test: export RATELIMIT_SAVE_MEASUREMENTS = 0
@@ -56,7 +57,7 @@ help:
 	@echo "make setup   create .venv and install the locked dependencies (no-op when up to date)"
 	@echo "make test    run tests/ and the notebooks (nbval strict); PYTEST_ARGS=... is passed on"
 	@echo "make run     execute notebooks/[0-9]*.ipynb into $(EXECUTED_DIR)/ and build $(REPORT_DIR)/ (tracked files untouched)"
-	@echo "make refresh execute chapters in place, refreshing their outputs, table and gallery (CHAPTERS=... for some)"
+	@echo "make refresh execute chapters in place, refreshing their outputs, records, table and gallery, then the README parts made from the records (CHAPTERS=... for some)"
 	@echo "make lab     start JupyterLab on notebooks/"
 	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
 	@echo "make bench   run python -m bench; BENCH_ARGS=... is passed on"
@@ -96,13 +97,16 @@ test: setup
 	  $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 0; fi; exit $$rc
 
-# refresh: execute chapters in place from a clean kernel (CHAPTERS=notebooks/04_x.ipynb for some).
+# refresh: execute chapters in place from a clean kernel (CHAPTERS=notebooks/04_x.ipynb for some), recording
+# their quoted numbers in notebooks/data/records/, then render the README's generated parts from
+# those records (RENDER_README=0 skips that step).
 refresh: setup
 ifneq ($(CHAPTERS),)
 	jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False \
 	  --ExecutePreprocessor.timeout=600 $(CHAPTERS)
 	$(VPY) tools/strip_widget_state.py $(CHAPTERS)
 endif
+	$(if $(filter 0,$(RENDER_README)),,$(VPY) -m ratelimit.lab.records README.md)
 
 # run: execute every chapter from a clean kernel into $(EXECUTED_DIR)/, then build the HTML
 # report from those; the committed notebooks, table and figures stay as they are.

@@ -20,7 +20,7 @@ GEOFENCE_FREE_RADIUS_M = 500.0
 """Geofence look-ups up to this radius (metres) cost 1; larger ones cost by area."""
 
 GEOFENCE_MAX_COST = 10
-"""The default cap: the cost of every look-up beyond about 1.58 km."""
+"""The default cap: the cost of every look-up beyond 1.5 km."""
 
 
 def geofence_cost(radius_m: float, max_cost: int = GEOFENCE_MAX_COST) -> int:

@@ -36,7 +36,8 @@ What a request goes through (`RateLimit.__call__`):
 4. **Answer.** Allowed: the endpoint runs, and its response carries `RateLimit-Policy`
    and `RateLimit` (plus `RateLimit-Limit/-Remaining/-Reset` with
    `legacy_headers=True`). Rejected: 429 with `Retry-After` (whole seconds, rounded
-   up) and the same fields, body `application/problem+json`.
+   up), `Retry-After-Ms` (the exact wait) and the same fields, body
+   `application/problem+json`.
 
 When Redis cannot answer, the limiter's `on_error` decides, mapped to HTTP:
 
@@ -51,16 +52,31 @@ limiter's policy. 503 rather than 429: the client did nothing wrong, the server
 cannot vouch for its budget right now. A degraded answer carries `RateLimit-Policy`
 but no `RateLimit` field, since nobody knows the remaining quota.
 
-Header fields follow draft-ietf-httpapi-ratelimit-headers (-10/-11), as Structured
-Field lists whose policy name is the route scope:
+The header fields follow draft-ietf-httpapi-ratelimit-headers-11 (`DRAFT`, 23 May
+2026), whose wire format dates from -08: Structured Field lists whose policy name is
+the route's scope.
 
     RateLimit-Policy: "geofence";q=10;w=1      quota q units per window of w seconds
-    RateLimit: "geofence";r=0;t=1              r units left; t seconds of effective window
+    RateLimit: "geofence";r=0;t=1              r units available; t, the effective window
 
-`t` is the time until the whole quota is back when allowed (`Decision.reset_after`),
-and equals `Retry-After` when rejected (the draft asks that Retry-After not point
-earlier than the end of the effective window). A cost-weighted request takes `cost`
-units of `q`.
+In -11, `t` is the number of seconds "within which the client can use no more than the
+available quota": the time until `r` next grows. It is sent when the decision says it
+(`effective_window_ms`), in whole seconds rounded up like Retry-After:
+
+- on a 429, `t` equals `Retry-After` (the draft's own example does the same, and asks
+  that Retry-After not point earlier than the end of the effective window); for a
+  request of cost 1 that is exactly when `r` grows, under every algorithm;
+- on a 200 from a fixed window, the time until its window ends; from GCRA, until its
+  next unit (one every w / q seconds) comes back, to within a millisecond;
+- on a 200 from the sliding log or the sliding-window counter, no `t`: their answer
+  says when the whole quota is back (`Decision.reset_after`), not when the first unit
+  is (the log's oldest entry leaving), and `t` is optional in the draft.
+
+A cost-weighted request takes `cost` units of `q`. `Retry-After` counts whole seconds,
+so a client that honours it waits up to a second longer than needed; `Retry-After-Ms`
+carries the limiter's own wait in milliseconds (`Decision.retry_after_ms`), the
+convention many API clients read before `Retry-After`. It is not in any RFC: clients
+that do not know it ignore it, and `retry_after_ms_header=False` leaves it out.
 
 Endpoints that return their own `Response` object (FastAPI then drops the headers
 a dependency set) take the dependency's value, a `RateLimitInfo`, and pass
@@ -83,16 +99,18 @@ from fastapi.params import Depends as DependsParam
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from . import validation
+from . import keys, validation
 from .decision import Decision
 from .errors import RateLimiterUnavailable
 
 __all__ = [
     "API_KEY_HEADER",
     "DEGRADED_HEADER",
+    "DRAFT",
     "MAX_API_KEY_BYTES",
     "PROBLEM_JSON",
     "QUOTA_EXCEEDED",
+    "RETRY_AFTER_MS_HEADER",
     "ClientIdentity",
     "Problem",
     "RateLimit",
@@ -113,6 +131,9 @@ API_KEY_HEADER = "x-api-key"
 MAX_API_KEY_BYTES = 256
 MAX_HEADER_BYTES = 65_536  # more than any server accepts in one header field
 DEGRADED_HEADER = "X-RateLimit-Degraded"
+RETRY_AFTER_MS_HEADER = "Retry-After-Ms"
+DRAFT = "draft-ietf-httpapi-ratelimit-headers-11"
+"""The revision of the RateLimit header fields draft that `RateLimit` follows."""
 UNAVAILABLE_RETRY_AFTER_S = 1
 
 _SCOPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -280,6 +301,7 @@ class RateLimit:
       `max_api_key_bytes`: longer keys answer 431.
     - `ipv6_prefix`: IPv6 clients without a key count per prefix (default /64).
     - `legacy_headers`: also send `RateLimit-Limit`, `-Remaining` and `-Reset`.
+    - `retry_after_ms_header`: send `Retry-After-Ms` (the exact wait) on a 429.
     """
 
     def __init__(
@@ -293,6 +315,7 @@ class RateLimit:
         max_api_key_bytes: int = MAX_API_KEY_BYTES,
         ipv6_prefix: int = 64,
         legacy_headers: bool = False,
+        retry_after_ms_header: bool = True,
     ) -> None:
         if not isinstance(scope, str) or not _SCOPE.fullmatch(scope):
             raise ValueError(
@@ -312,6 +335,7 @@ class RateLimit:
         self.max_api_key_bytes = max_api_key_bytes
         self.ipv6_prefix = ipv6_prefix
         self.legacy_headers = bool(legacy_headers)
+        self.retry_after_ms_header = bool(retry_after_ms_header)
         self._check_is_async = inspect.iscoroutinefunction(limiter.check)
 
         # The draft's window is whole seconds; a sub-second window is advertised as 1 s.
@@ -397,12 +421,14 @@ class RateLimit:
         return str(ip)
 
     def limiter_identity(self, identity: ClientIdentity) -> str:
-        """What the limiter is asked about: the scope and the identity, so routes never
-        share a budget even when they share a limiter's prefix."""
-        return f"{self.scope}:{identity}"
+        """What the limiter is asked about: the scope and the identity
+        (`ratelimit.keys.route_identity`), so routes never share a budget even when they
+        share a limiter's prefix."""
+        return keys.route_identity(self.scope, identity.kind, identity.value)
 
     def key_for(self, api_key: str | None = None, *, address: str | None = None) -> str:
-        """The Redis key holding the budget of `api_key` (or of `address`) in this scope."""
+        """The Redis key holding the budget of `api_key` (or of `address`) in this scope.
+        Without the app: `ratelimit.keys.route_key`, or `python -m ratelimit key`."""
         if (api_key is None) == (address is None):
             raise ValueError("give exactly one of api_key and address")
         identity = (
@@ -414,20 +440,45 @@ class RateLimit:
 
     # -- headers ----------------------------------------------------------------------
 
+    def effective_window_ms(self, decision: Decision) -> int | None:
+        """The draft's `t` in ms: how long the client can use no more than the units it
+        has left, when the decision says (see the module doc); None when it does not."""
+        if not decision.allowed:
+            return decision.retry_after_ms
+        name = getattr(getattr(self.limiter, "algorithm", None), "name", None)
+        if name == "fw":  # the whole budget comes back when the window ends
+            return decision.reset_after_ms
+        if name == "gcra":  # one unit every window / limit; the bucket is full after
+            # burst - remaining of them, so the next is due that many intervals, less one,
+            # before it is full
+            interval = self.limiter.window_ms / self.limiter.limit
+            units_to_full = self.limiter.burst - decision.remaining
+            return math.ceil(decision.reset_after_ms - (units_to_full - 1) * interval)
+        return None  # the log and the counter do not say when their first unit is back
+
     def headers_for(self, decision: Decision) -> dict[str, str]:
         """The rate-limit header fields for a decision (Retry-After when rejected)."""
         headers = {"RateLimit-Policy": self.policy}
         if decision.degraded:
             return headers
         remaining = max(0, decision.remaining)
-        window = decision.reset_after if decision.allowed else decision.retry_after
-        headers["RateLimit"] = f'"{self.scope}";r={remaining};t={window}'
+        state = f'"{self.scope}";r={remaining}'
+        window_ms = self.effective_window_ms(decision)
+        if not decision.allowed:
+            state += f";t={decision.retry_after}"
+        elif window_ms is not None:
+            state += f";t={-(-window_ms // 1000)}"  # whole seconds, rounded up
+        headers["RateLimit"] = state
         if self.legacy_headers:
+            # The older drafts' reset: seconds until the quota is whole again.
+            reset = decision.reset_after if decision.allowed else decision.retry_after
             headers["RateLimit-Limit"] = str(decision.limit)
             headers["RateLimit-Remaining"] = str(remaining)
-            headers["RateLimit-Reset"] = str(window)
+            headers["RateLimit-Reset"] = str(reset)
         if not decision.allowed:
             headers["Retry-After"] = str(decision.retry_after)
+            if self.retry_after_ms_header:
+                headers[RETRY_AFTER_MS_HEADER] = str(max(1, decision.retry_after_ms))
         return headers
 
     # -- the request ------------------------------------------------------------------
@@ -515,7 +566,8 @@ class RateLimit:
             f"Retry after {retry} s.",
             type=QUOTA_EXCEEDED,
             headers=headers,
-            extra={"retry_after": retry, "violated-policies": [self.scope]},
+            # Member names as the draft spells its own ("violated-policies").
+            extra={"retry-after": retry, "violated-policies": [self.scope]},
         )
 
     def _unavailable(self, decision: Decision, headers: dict[str, str]) -> Problem:
@@ -526,7 +578,7 @@ class RateLimit:
             "The rate limiter could not be consulted, so the request was not served. "
             f"Retry after {retry} s.",
             headers={**headers, "Retry-After": str(retry)},
-            extra={"retry_after": retry},
+            extra={"retry-after": retry},
         )
 
     def _bad_request(self, status: int, title: str, detail: str) -> Problem:

@@ -12,6 +12,13 @@ The key holds a 128-bit BLAKE2b digest of it inside a hash tag, so
 
 `readable=True` adds a short, escaped excerpt of the identity for people reading
 the keyspace; the digest still makes the key unique.
+
+A route limited by `ratelimit.http` asks its limiter about `route_identity(scope,
+kind, value)`, e.g. "geofence:key:demo", not about the API key alone, so that routes
+never share a budget. `route_key` gives the Redis key of an API key (or an address) on
+a route without building the app, as `python -m ratelimit key` does:
+
+    route_key("demo", scope="geofence", prefix="demo")   # 'demo:log:{...}'
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+
+from . import algorithms, validation
 
 READABLE_CHARS = 24
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@-]")
@@ -72,3 +81,40 @@ def make_key(
     if readable:
         return f"{prefix}:{algorithm}:{readable_excerpt(identity)}:{tag}"
     return f"{prefix}:{algorithm}:{tag}"
+
+
+IDENTITY_KINDS = ("key", "address")
+"""How a route tells its clients apart: an API key, else the client's address."""
+
+
+def route_identity(scope: str, kind: str, value: str) -> str:
+    """What a route of `ratelimit.http` asks its limiter about: `<scope>:<kind>:<value>`,
+    e.g. "geofence:key:demo" for API key "demo" on the route whose scope is "geofence"."""
+    if kind not in IDENTITY_KINDS:
+        raise ValueError(f"kind must be one of {IDENTITY_KINDS}, got {kind!r}")
+    return f"{scope}:{kind}:{value}"
+
+
+def route_key(
+    api_key: str | None = None,
+    *,
+    address: str | None = None,
+    scope: str = "default",
+    prefix: str = "rl",
+    algorithm: str = "log",
+    secret: bytes | None = None,
+    readable: bool = False,
+) -> str:
+    """The Redis key holding the budget of `api_key` (or of a client `address`, an IPv6
+    one as its network, e.g. "2001:db8::/64") on the route `scope`, for a limiter built
+    with `prefix`, `algorithm` ("log", "logc" for the compact log, "fw", "swc", "gcra"),
+    `key_secret=secret` and `readable_keys=readable`: the key that route's
+    `RateLimit.key_for(api_key)` names."""
+    if (api_key is None) == (address is None):
+        raise ValueError("give exactly one of api_key and address")
+    kind, value = ("key", api_key) if api_key is not None else ("address", address)
+    identity = route_identity(scope, kind, value)  # type: ignore[arg-type]
+    tag = algorithms.get(algorithm).name
+    return make_key(
+        validation.prefix(prefix), tag, identity, secret=validate_secret(secret), readable=readable
+    )

@@ -3,26 +3,35 @@
     from ratelimit.lab import capacity, memory
 
     table = memory.load_table("notebooks/data/memory_per_key.csv")   # chapter 3's measurements
-    per_key = capacity.bytes_per_key(table, "log", 1000)              # one full key, bytes
-    capacity.plan_fleet(
-        "log", active_keys=10**6, rate_per_key=0.05, bytes_per_key=per_key,
-        us_per_check=21.0, shard_memory_bytes=16 * 2**30, shard_checks_per_s=50_000,
+    server = capacity.server_time_from_bench("bench/record.json")     # what `make bench` measured
+    # or: capacity.measure_server_time(redis.Redis(...))              # your Redis, measured now
+    steady = capacity.Scenario.uniform("steady", 10**6, 0.05)          # keys, rate, peak factor
+    capacity.plan_scenario(
+        "log", steady, limit=1_000, window_s=3_600, table=table,
+        us_per_check=server.us_per_check["log"], shard_memory_bytes=16 * 2**30,
         headroom=0.5, key_overhead_bytes=64,
     )                                                                 # a CapacityPlan
 
 The model, in plain terms:
 
+- One traffic assumption, a `Scenario` (active keys, their per-key request rates, a
+  peak factor), gives both the memory and the operations, so that a plan never pairs
+  full keys with traffic too light to fill them.
 - Memory: every active key (an identity that sent a request within one window, so its
-  key has not expired) holds `bytes_per_key`, read from a measured `memory_table`,
-  plus `key_overhead_bytes` of server bookkeeping that `MEMORY USAGE` leaves out.
+  key has not expired) holds `bytes_per_key`, read from a measured `memory_table` at
+  what the scenario's traffic puts in it, plus `key_overhead_bytes` of server
+  bookkeeping that `MEMORY USAGE` leaves out.
 - Operations: every request is one check, admitted or not, and every check is one
   EVALSHA, so a fleet of N keys sending R requests per second each makes N * R checks
   per second. Inside the script each check issues a few more commands
   (`script_commands`), which cost Redis CPU but no extra round trip.
 - One Redis (a shard) runs commands on one thread, so it can do at most one second of
   work per second: at most 1e6 / `us_per_check` checks per second on script time
-  alone, and never more than the end-to-end throughput measured for it
-  (`shard_checks_per_second`). It holds at most `shard_memory_bytes` of data.
+  alone, and never more than an end-to-end throughput measured for it, when one is
+  given (`shard_checks_per_second`). It holds at most `shard_memory_bytes` of data.
+  `us_per_check` is measured, never assumed: `server_time_from_bench` reads what the
+  latest `make bench` recorded, `measure_server_time` measures a Redis you may write to
+  (both from `INFO commandstats`).
 - `headroom` is the share of each shard's memory and throughput kept free (peaks,
   fragmentation, failover, a fork for persistence). A Redis Cluster of k shards
   spreads the keys (hash-tagged per identity, so evenly) over k shards; one
@@ -33,9 +42,13 @@ Every function validates its input and raises ValueError naming the parameter.
 
 from __future__ import annotations
 
+import json
 import math
+import uuid
 from bisect import bisect_right
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ratelimit import algorithms, validation
@@ -45,16 +58,22 @@ if TYPE_CHECKING:  # pandas is only needed by `bytes_per_key` (the "sim" extra)
 
 __all__ = [
     "CapacityPlan",
+    "Scenario",
+    "ServerTime",
     "bytes_per_key",
     "checks_per_second",
     "fleet_memory_bytes",
     "keys_per_shard",
     "log_members",
     "mean_script_commands",
+    "measure_server_time",
     "plan_fleet",
+    "plan_scenario",
+    "scenario_bytes_per_key",
     "redis_cpu_cores",
     "script_commands",
     "shard_checks_per_second",
+    "server_time_from_bench",
     "shards_needed",
 ]
 
@@ -267,7 +286,7 @@ def plan_fleet(
     bytes_per_key: float,
     us_per_check: float,
     shard_memory_bytes: float,
-    shard_checks_per_s: float,
+    shard_checks_per_s: float | None = None,
     headroom: float = 0.5,
     key_overhead_bytes: float = 0.0,
     commands_per_check: float | None = None,
@@ -277,8 +296,9 @@ def plan_fleet(
 
     `bytes_per_key`: one key's `MEMORY USAGE` (see `bytes_per_key`); `us_per_check`:
     Redis CPU per script call, microseconds; `shard_memory_bytes` and
-    `shard_checks_per_s`: one Redis's data memory and measured end-to-end throughput;
-    `headroom`: the share of both kept free; `commands_per_check`: script commands per
+    `shard_checks_per_s`: one Redis's data memory and measured end-to-end throughput
+    (None: no such ceiling, script time alone decides); `headroom`: the share of both
+    kept free; `commands_per_check`: script commands per
     check, by default the admit path (`script_commands(algorithm, True)`), the costlier.
     """
     algorithm = algorithms.get(algorithm).name
@@ -290,7 +310,10 @@ def plan_fleet(
     if commands_per_check is None:
         commands_per_check = script_commands(algorithm, True)
     commands = validation.non_negative("commands_per_check", commands_per_check)
-    per_shard = shard_checks_per_second(shard_checks_per_s, us_per_check)
+    if shard_checks_per_s is None:
+        per_shard = 1e6 / validation.positive("us_per_check", us_per_check)
+    else:
+        per_shard = shard_checks_per_second(shard_checks_per_s, us_per_check)
     shard_memory = validation.positive("shard_memory_bytes", shard_memory_bytes)
     for_memory = shards_needed(memory, shard_memory, headroom)
     for_checks = shards_needed(checks, per_shard, headroom)
@@ -316,3 +339,236 @@ def plan_fleet(
             key_overhead_bytes=key_overhead_bytes,
         ),
     )
+
+
+# --- one traffic assumption for memory and operations alike --------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One traffic assumption for a fleet, from which a plan derives both its memory
+    and its operations: `active_keys` keys, split into classes of `(share of the keys,
+    mean requests per second per key)` (the shares sum to 1), all sending
+    `peak_factor` times their mean rate at the peak the plan is sized for. A peak is
+    assumed to last at least one window, so a log key holds what the peak rate puts in
+    one window (at most the limit)."""
+
+    name: str
+    active_keys: int
+    rates: tuple[tuple[float, float], ...]
+    peak_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        validation.count("active_keys", self.active_keys)
+        validation.positive("peak_factor", self.peak_factor)
+        rates = tuple((float(share), float(rate)) for share, rate in self.rates)
+        if not rates:
+            raise ValueError("rates must hold at least one (share, rate) class")
+        for share, rate in rates:
+            _share("share", share)
+            validation.non_negative("rate", rate)
+        if abs(sum(share for share, _ in rates) - 1) > 1e-9:
+            raise ValueError(f"the shares of rates must sum to 1, got {rates!r}")
+        object.__setattr__(self, "rates", rates)
+
+    @classmethod
+    def uniform(
+        cls, name: str, active_keys: int, rate_per_key: float, peak_factor: float = 1.0
+    ) -> Scenario:
+        """Every key at the same mean rate."""
+        return cls(name, active_keys, ((1.0, rate_per_key),), peak_factor)
+
+    @classmethod
+    def every_key_full(cls, name: str, active_keys: int, limit: int, window_s: float) -> Scenario:
+        """The consistent worst case for memory: every key sends `limit` per `window_s`,
+        the least rate that fills its log; that rate is also its checks."""
+        rate = validation.count("limit", limit) / validation.positive("window_s", window_s)
+        return cls.uniform(name, active_keys, rate)
+
+    @property
+    def peak_rate_per_key(self) -> float:
+        """Mean requests per second per key at the peak, over all classes."""
+        return self.peak_factor * sum(share * rate for share, rate in self.rates)
+
+    def checks_per_second(self) -> float:
+        """Checks per second at the peak: every request is one check."""
+        return checks_per_second(self.active_keys, self.peak_rate_per_key)
+
+    def log_members(self, limit: int, window_s: float) -> list[tuple[float, float]]:
+        """(share, members) per class: what a sliding-log key holds at the peak."""
+        return [
+            (share, max(1.0, log_members(limit, rate * self.peak_factor, window_s)))
+            if rate > 0
+            else (share, 1.0)
+            for share, rate in self.rates
+        ]
+
+    def mean_log_members(self, limit: int, window_s: float) -> float:
+        """Members of a sliding-log key, averaged over the keys."""
+        return sum(share * members for share, members in self.log_members(limit, window_s))
+
+
+def scenario_bytes_per_key(
+    table: pd.DataFrame,
+    algorithm: str,
+    scenario: Scenario,
+    limit: int,
+    window_s: float,
+    *,
+    member_format: str = "script",
+) -> float:
+    """`MEMORY USAGE` of one key of `algorithm` at `scenario`'s peak, averaged over the
+    keys: a log key at the members each rate class puts in it, an O(1) key at `limit`."""
+    name = algorithms.get(algorithm).name
+    limit = validation.count("limit", limit)
+    if name != "log":
+        return bytes_per_key(table, name, limit)
+    return sum(
+        share * bytes_per_key(table, name, members, member_format=member_format)
+        for share, members in scenario.log_members(limit, window_s)
+    )
+
+
+def plan_scenario(
+    algorithm: str,
+    scenario: Scenario,
+    *,
+    limit: int,
+    window_s: float,
+    table: pd.DataFrame,
+    us_per_check: float,
+    shard_memory_bytes: float,
+    shard_checks_per_s: float | None = None,
+    headroom: float = 0.5,
+    key_overhead_bytes: float = 0.0,
+    member_format: str = "script",
+) -> CapacityPlan:
+    """`plan_fleet` for `scenario` under a limit of `limit` per `window_s`: a key's
+    bytes are read from the measured `table` at what the scenario's peak puts in it
+    (a log key's members per rate class, averaged over the keys; an O(1) key at the
+    limit), and the checks are the same peak's requests."""
+    name = algorithms.get(algorithm).name
+    per_key = scenario_bytes_per_key(
+        table, name, scenario, limit, window_s, member_format=member_format
+    )
+    return plan_fleet(
+        name,
+        active_keys=scenario.active_keys,
+        rate_per_key=scenario.peak_rate_per_key,
+        bytes_per_key=per_key,
+        us_per_check=us_per_check,
+        shard_memory_bytes=shard_memory_bytes,
+        shard_checks_per_s=shard_checks_per_s,
+        headroom=headroom,
+        key_overhead_bytes=key_overhead_bytes,
+    )
+
+
+# --- server time per check: measured, never typed in ---------------------------------
+
+# Script calls: in Redis 7 their time includes the commands they run, which are also
+# counted on their own, so only these are summed.
+_SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+
+
+@dataclass(frozen=True)
+class ServerTime:
+    """Redis time per check (one script call), microseconds, by algorithm tag, and
+    where the figures come from, in words."""
+
+    us_per_check: Mapping[str, float]
+    source: str
+    date: str = ""  # when it was measured, as the source gives it
+
+    def __post_init__(self) -> None:
+        for tag, usec in self.us_per_check.items():
+            algorithms.get(tag)
+            validation.positive(f"us_per_check[{tag!r}]", usec)
+
+
+def bench_case(algorithm: str) -> str:
+    """The name of `make bench`'s admit case for `algorithm` in its record."""
+    cls = algorithms.get(algorithm).limiter_class("sync")
+    return f"{cls.__name__} 10k keys"
+
+
+def server_time_from_bench(path: str | Path, names: Iterable[str] = algorithms.NAMES) -> ServerTime:
+    """Server time per check of each algorithm in `names`, from the record the latest
+    `make bench` wrote (`bench/record.json`): its admit case (10,000 keys, every check
+    admitted, on a key that holds nothing yet), median over its rounds."""
+    record = json.loads(Path(path).read_text())
+    cost = record.get("server_cost", {})
+    results = cost.get("results", {})
+    figures = {}
+    for name in names:
+        case = bench_case(name)
+        if case not in results:
+            raise ValueError(f"{path} has no server-time case {case!r}: run `make bench`")
+        figures[algorithms.get(name).name] = float(results[case]["usec_per_check"])
+    where = cost.get("server", "a Redis")
+    source = (
+        f"`make bench` of {record.get('date', 'an unknown date')} ({path}): Redis "
+        f"{record.get('redis_version', '?')}, {where}, median of {cost.get('rounds', '?')} "
+        f"rounds of {cost.get('checks_per_case_per_round', '?')} admitted checks, "
+        "each on a key of its own"
+    )
+    return ServerTime(figures, source, str(record.get("date", "")))
+
+
+def _script_usec(client: Any) -> tuple[int, int]:
+    stats = client.info("commandstats")
+    calls = usec = 0
+    for name, figures in stats.items():
+        if name.removeprefix("cmdstat_").lower() in _SCRIPT_CALLS:
+            calls += int(figures["calls"])
+            usec += int(figures["usec"])
+    return calls, usec
+
+
+def measure_server_time(
+    client: Any,
+    names: Iterable[str] = algorithms.NAMES,
+    checks: int = 2_000,
+    prefix: str | None = None,
+    where: str = "this Redis",
+) -> ServerTime:
+    """Measure server time per check on `client` (a synchronous redis-py client of a
+    Redis this process may write to): for each algorithm, `checks` admitted checks,
+    each on a key of its own under a fresh scratch `prefix`, between two readings of
+    `INFO commandstats` (the script calls' usec over the checks, as `make bench`
+    reads it). Every key under the prefix is deleted afterwards. Another client's
+    script calls during the measurement would be counted too: measure on a quiet Redis.
+    """
+    checks = validation.count("checks", checks)
+    prefix = prefix or f"capacity-probe:{uuid.uuid4().hex[:12]}"
+    if next(iter(client.scan_iter(match=f"{prefix}:*", count=1000)), None) is not None:
+        raise ValueError(f"prefix {prefix!r} already holds keys: choose a scratch prefix")
+    try:
+        stats = client.info("commandstats")
+    except Exception as exc:  # an embedded fake has no INFO
+        raise ValueError(f"this server reports no INFO commandstats ({exc})") from exc
+    if not stats:
+        raise ValueError("this server reports no INFO commandstats")
+    figures = {}
+    try:
+        for name in names:
+            spec = algorithms.get(name)
+            # Every check admitted: a limit far above what one key sees, a long window.
+            limiter = spec.limiter_class("sync")(client, 60, 1_000, prefix=f"{prefix}:{spec.name}")
+            limiter.check("warm-up")  # loads the script outside the measurement
+            calls0, usec0 = _script_usec(client)
+            admitted = sum(limiter.check(f"k{i}").allowed for i in range(checks))
+            calls1, usec1 = _script_usec(client)
+            if admitted != checks:
+                raise RuntimeError(f"{spec.name}: {checks - admitted} checks were rejected")
+            if calls1 - calls0 < checks:
+                raise RuntimeError("INFO commandstats did not count the checks' script calls")
+            figures[spec.name] = (usec1 - usec0) / (calls1 - calls0)
+    finally:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        for i in range(0, len(keys), 500):
+            client.delete(*keys[i : i + 500])
+    source = (
+        f"measured now on {where} ({checks:,} admitted checks per algorithm, INFO commandstats)"
+    )
+    return ServerTime(figures, source)

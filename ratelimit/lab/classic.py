@@ -8,13 +8,15 @@ kept here so that chapter 4 can show its flaws and `make bench` can time it:
     await recipe.check("alice")                 # trim, count, add, expire: 4 round trips
     recipe.check_sync("alice")                  # the same for a synchronous client
     await recipe.check_transaction("alice")     # one MULTI/EXEC, as the snippets send it
+    ClassicTransactionLog(redis, 1, 10)         # the same, with MULTI/EXEC as its `check`
 
 Its flaws, each shown by chapter 4 and the tests:
 
 1. `check` is not atomic. Between one request's ZCARD and its ZADD, others run their own
    ZCARD and see the same count: under concurrency they all see room and all get in.
 2. `check_transaction` is atomic, but it adds the request before counting it, so a
-   rejected request is recorded too and rejections eat the budget.
+   rejected request is recorded too and rejections eat the budget: a client that keeps
+   sending faster than the limit is rejected for as long as it keeps sending.
 3. The member is chosen by the host: `suffix()` (by default `time.perf_counter_ns`)
    is unique within one process at best. Two hosts whose suffixes coincide in the same
    millisecond write one member, and the set counts two requests once.
@@ -32,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ClassicSlidingLog", "classic_member", "classic_members"]
+__all__ = ["ClassicSlidingLog", "ClassicTransactionLog", "classic_member", "classic_members"]
 
 
 def classic_member(now_ms: int, suffix: int) -> str:
@@ -118,5 +120,32 @@ class ClassicSlidingLog:
         count = (await pipe.execute())[2]
         return int(count) <= self.limit
 
+    def check_transaction_sync(self, identity: str) -> bool:
+        """`check_transaction` for a synchronous client: the same MULTI/EXEC."""
+        now, member = self._stamp()
+        key = self.key_for(identity)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zremrangebyscore(key, 0, now - self.window_ms)
+        pipe.zadd(key, {member: now})
+        pipe.zcard(key)
+        if self.expire:
+            pipe.pexpire(key, self.window_ms)
+        count = pipe.execute()[2]
+        return int(count) <= self.limit
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(window_ms={self.window_ms}, limit={self.limit})"
+
+
+class ClassicTransactionLog(ClassicSlidingLog):
+    """The recipe's MULTI/EXEC form as a limiter of its own: `check` and `check_sync`
+    send `check_transaction`, so code that drives a limiter by `check` races it too.
+    Atomic, and still wrong: every request it rejects stays in the set and counts."""
+
+    async def check(self, identity: str) -> bool:
+        """Admit (True) or reject (False) one request, in one MULTI/EXEC (add, then count)."""
+        return await self.check_transaction(identity)
+
+    def check_sync(self, identity: str) -> bool:
+        """`check` for a synchronous client."""
+        return self.check_transaction_sync(identity)

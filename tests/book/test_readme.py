@@ -57,3 +57,24 @@ def test_every_make_target_it_names_exists():
     makefile = (ROOT / "Makefile").read_text()
     missing = sorted(t for t in targets if not re.search(rf"^{t}:", makefile, re.M))
     assert not missing, missing
+
+
+def test_its_generated_blocks_are_what_the_chapters_records_give():
+    """The chapter table, gallery and memory figures quote the committed records only
+    (`make refresh` renders them; see ratelimit.lab.records)."""
+    from ratelimit.lab import records
+
+    blocks = records.readme_blocks(ROOT / "notebooks" / records.RECORDS_DIR)
+    assert {"chapters", "gallery"} <= blocks.keys()
+    for marker, body in blocks.items():
+        shown = records.between(README, records.begin(marker), records.end(marker))
+        assert shown == body.strip("\n") + "\n", (
+            f"README block {marker!r} differs from the records: run `make refresh`"
+        )
+
+
+def test_the_records_cover_every_chapter():
+    from ratelimit.lab import records
+
+    stems = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    assert stems == list(records.CHAPTERS)

@@ -96,7 +96,7 @@ async def test_allowed_responses_carry_the_rate_limit_fields(app):
     for i, r in enumerate(responses):
         assert r.status_code == 200
         assert r.headers["ratelimit-policy"] == '"geofence";q=10;w=1'
-        assert r.headers["ratelimit"] == f'"geofence";r={9 - i};t=1'
+        assert r.headers["ratelimit"] == f'"geofence";r={9 - i}'
         assert r.headers["ratelimit-limit"] == "10"
         assert r.headers["ratelimit-remaining"] == str(9 - i)
         assert r.headers["ratelimit-reset"] == "1"
@@ -116,12 +116,13 @@ async def test_a_429_is_a_problem_with_retry_after_and_the_fields(app):
     assert r.headers["retry-after"] == "1"
     assert r.headers["ratelimit-policy"] == '"geofence";q=10;w=1'
     assert r.headers["ratelimit"] == '"geofence";r=0;t=1'
+    assert 0 < int(r.headers["retry-after-ms"]) <= 1000  # the exact wait
     assert (r.headers["ratelimit-remaining"], r.headers["ratelimit-reset"]) == ("0", "1")
     body = r.json()
     assert body["type"] == QUOTA_EXCEEDED
     assert body["title"] == "Quota Exceeded"
     assert body["status"] == 429
-    assert body["retry_after"] == 1 == int(r.headers["retry-after"])
+    assert body["retry-after"] == 1 == int(r.headers["retry-after"])
     assert body["violated-policies"] == ["geofence"]
     assert "costs 1" in body["detail"] and "Retry after 1 s" in body["detail"]
 
@@ -130,7 +131,7 @@ async def test_legacy_fields_are_optional():
     app = create_app(ratelimit.connect(embedded=True), legacy_headers=False)
     async with http(app) as c:
         r = await c.get("/within", params=within(), headers=key())
-    assert r.headers["ratelimit"] == '"geofence";r=9;t=1'
+    assert r.headers["ratelimit"] == '"geofence";r=9'
     assert not {"ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"} & set(r.headers)
 
 
@@ -176,7 +177,7 @@ async def test_geofence_cost_grows_with_the_radius(app, radius, cost):
         r = await c.get("/within", params=within(radius), headers=key())
     assert r.status_code == 200
     assert r.json()["cost"] == cost
-    assert r.headers["ratelimit"] == f'"geofence";r={10 - cost};t=1'
+    assert r.headers["ratelimit"] == f'"geofence";r={10 - cost}'
 
 
 async def test_a_cost_weighted_sequence(app):
@@ -192,9 +193,9 @@ async def test_a_cost_weighted_sequence(app):
         for radius, status, remaining in expected:
             r = await c.get("/within", params=within(radius), headers=headers)
             assert r.status_code == status, radius
-            assert r.headers["ratelimit"].startswith(f'"geofence";r={remaining};')
+            assert r.headers["ratelimit"].split(";")[1] == f"r={remaining}"
     body = r.json()
-    assert body["retry_after"] == 1 and "costs 1 and 0 remain" in body["detail"]
+    assert body["retry-after"] == 1 and "costs 1 and 0 remain" in body["detail"]
 
 
 async def test_cost_as_a_function_of_the_request():
@@ -207,14 +208,14 @@ async def test_cost_as_a_function_of_the_request():
     async with http(app) as c:
         r = await c.get("/thing", params={"size": 3})
         assert (r.status_code, r.json()["cost"]) == (200, 3)
-        assert r.headers["ratelimit"] == '"sized";r=7;t=1'
+        assert r.headers["ratelimit"] == '"sized";r=7'
         too_big = await c.get("/thing", params={"size": 11})  # could never pass
         assert too_big.status_code == 400
         assert too_big.headers["content-type"] == PROBLEM_JSON
         assert "never be admitted" in too_big.json()["detail"]
         bad = await c.get("/thing", params={"size": "many"})  # the function raises ValueError
         assert bad.status_code == 400
-        assert (await c.get("/thing")).headers["ratelimit"] == '"sized";r=6;t=1'
+        assert (await c.get("/thing")).headers["ratelimit"] == '"sized";r=6'
 
 
 async def test_cost_as_an_async_function_and_as_a_dependency():
@@ -238,7 +239,7 @@ async def test_cost_as_an_async_function_and_as_a_dependency():
         assert (await c.get("/thing", params={"units": 9})).status_code == 422
         assert (await c.get("/thing")).status_code == 422
         r = await c.get("/thing", params={"units": 1})
-        assert r.headers["ratelimit"] == '"default";r=5;t=1'
+        assert r.headers["ratelimit"] == '"default";r=5'
 
 
 async def test_a_cost_function_returning_nonsense_is_a_bug_not_a_decision():
@@ -307,7 +308,7 @@ async def test_routes_never_share_a_budget(app):
             await c.get("/within", params=within(), headers=headers)
         r = await c.get("/tiles/0/0/0.png", headers=headers)
     assert r.status_code == 200
-    assert r.headers["ratelimit"] == '"tiles";r=99;t=1'
+    assert r.headers["ratelimit"] == '"tiles";r=99'
     limits = app.state.limits
     assert limits["geofence"].key_for("k") != limits["tiles"].key_for("k")
     assert limits["geofence"].key_for("k") != limits["geofence"].key_for(address="k")
@@ -471,7 +472,7 @@ async def test_a_broken_redis_never_gives_500(route, on_error, caplog):
         assert r.headers["retry-after"] == "1"
         assert r.headers["content-type"] == PROBLEM_JSON
         body = r.json()
-        assert (body["status"], body["title"], body["retry_after"]) == (
+        assert (body["status"], body["title"], body["retry-after"]) == (
             503,
             "Service Unavailable",
             1,
@@ -553,7 +554,7 @@ async def test_tiles_are_png_images(app):
         other = await c.get("/tiles/3/2/6.png")
     assert r.status_code == 200 and r.headers["content-type"] == "image/png"
     assert r.headers["ratelimit-policy"] == '"tiles";q=100;w=1'
-    assert r.headers["ratelimit"] == '"tiles";r=99;t=1'
+    assert r.headers["ratelimit"] == '"tiles";r=99'
     png = r.content
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert png[12:16] == b"IHDR" and struct.unpack(">II", png[16:24]) == (256, 256)
@@ -672,12 +673,12 @@ def test_a_real_uvicorn_process_answers_ten_200_and_two_429(backend, request):
         assert [r.status_code for r in responses] == [200] * 10 + [429] * 2
         for i, r in enumerate(responses[:10]):
             assert r.headers["ratelimit-policy"] == '"geofence";q=10;w=1'
-            assert r.headers["ratelimit"] == f'"geofence";r={9 - i};t=1'
+            assert r.headers["ratelimit"] == f'"geofence";r={9 - i}'
         for r in responses[10:]:
             assert r.headers["retry-after"] == "1"
             assert r.headers["ratelimit"] == '"geofence";r=0;t=1'
             assert r.headers["content-type"] == PROBLEM_JSON
-            assert r.json()["retry_after"] == 1
+            assert r.json()["retry-after"] == 1
         assert docs.status_code == 200
     finally:
         pid, port = server.pid, server.port

@@ -1,8 +1,10 @@
-"""Capacity arithmetic (ratelimit.lab.capacity): hand-computed values, bad input, and the
-script command counts held to INFO commandstats on a private redis-server."""
+"""Capacity arithmetic (ratelimit.lab.capacity): hand-computed values, bad input,
+scenarios, the server time read from `make bench`'s record and measured on a real Redis,
+and the script command counts held to INFO commandstats on a private redis-server."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -14,15 +16,22 @@ from ratelimit import algorithms
 from ratelimit.clock import ManualClock
 from ratelimit.lab import memory
 from ratelimit.lab.capacity import (
+    Scenario,
+    ServerTime,
+    bench_case,
     bytes_per_key,
     checks_per_second,
     fleet_memory_bytes,
     keys_per_shard,
     log_members,
     mean_script_commands,
+    measure_server_time,
     plan_fleet,
+    plan_scenario,
     redis_cpu_cores,
+    scenario_bytes_per_key,
     script_commands,
+    server_time_from_bench,
     shard_checks_per_second,
     shards_needed,
 )
@@ -346,3 +355,122 @@ def test_counts_match_info_commandstats(private_redis, algorithm, redis_clock):
     assert decisions == {False}  # the rejected path is exercised too
     assert _inner_commands(client) == expected
     client.close()
+
+
+# Scenarios: one traffic assumption for memory and checks -------------------------
+
+
+def test_scenario_by_hand():
+    mixed = Scenario("mixed", 1_000, ((0.9, 0.01), (0.1, 1.0)), peak_factor=2)
+    assert mixed.peak_rate_per_key == pytest.approx(2 * (0.9 * 0.01 + 0.1 * 1.0))
+    assert mixed.checks_per_second() == pytest.approx(1_000 * 0.218)
+    # At 100 per 60 s: 0.02/s puts 1.2 members in a window, 2/s fills the key.
+    assert mixed.log_members(100, 60) == [(0.9, pytest.approx(1.2)), (0.1, 100)]
+    assert mixed.mean_log_members(100, 60) == pytest.approx(0.9 * 1.2 + 0.1 * 100)
+    full = Scenario.every_key_full("full", 10, 1_000, 3_600)
+    assert full.rates == ((1.0, 1_000 / 3_600),) and full.mean_log_members(1_000, 3_600) == 1_000
+    idle = Scenario.uniform("idle", 10, 0.0)
+    assert idle.checks_per_second() == 0 and idle.mean_log_members(10, 1) == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("s", 10, ()),
+        ("s", 10, ((0.5, 1.0),)),  # shares must sum to 1
+        ("s", 10, ((1.0, -1.0),)),
+        ("s", 0, ((1.0, 1.0),)),
+        ("s", 10, ((1.5, 1.0), (-0.5, 1.0))),
+    ],
+)
+def test_scenario_rejects_bad_input(args):
+    with pytest.raises(ValueError):
+        Scenario(*args)
+    with pytest.raises(ValueError):
+        Scenario("s", 10, ((1.0, 1.0),), peak_factor=0)
+
+
+def test_plan_scenario_takes_memory_and_checks_from_the_same_traffic():
+    table = small_table()
+    scenario = Scenario("mixed", 1_000, ((0.5, 10 / 60), (0.5, 1.0)))  # 10 and 60 members
+    per_key = scenario_bytes_per_key(table, "log", scenario, 60, 60)
+    by_hand = 0.5 * bytes_per_key(table, "log", 10) + 0.5 * bytes_per_key(table, "log", 60)
+    assert per_key == pytest.approx(by_hand)
+    plan = plan_scenario(
+        "log",
+        scenario,
+        limit=60,
+        window_s=60,
+        table=table,
+        us_per_check=50,
+        shard_memory_bytes=GIB,
+        headroom=0.5,
+    )
+    assert plan.checks_per_s == pytest.approx(1_000 * (0.5 / 6 + 0.5))
+    assert plan.memory_bytes == pytest.approx(1_000 * by_hand)
+    assert plan.shard_checks_per_s == 1e6 / 50  # no end-to-end ceiling given: server time
+    fw = plan_scenario(
+        "fw", scenario, limit=60, window_s=60, table=table, us_per_check=50, shard_memory_bytes=GIB
+    )
+    assert fw.bytes_per_key == bytes_per_key(table, "fw", 60)
+
+
+# Server time per check: from make bench's record, or measured ----------------------
+
+RECORD = Path(__file__).resolve().parents[2] / "bench" / "record.json"
+
+
+def test_server_time_from_bench_reads_the_admit_cases(tmp_path):
+    results = {bench_case(a): {"usec_per_check": 10.0 + i} for i, a in enumerate(algorithms.NAMES)}
+    record = {"date": "2026-01-01 00:00 UTC", "redis_version": "7.0.15"}
+    record["server_cost"] = {"results": results, "rounds": 3, "server": "a private redis-server"}
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(record))
+    read = server_time_from_bench(path)
+    assert dict(read.us_per_check) == {a: 10.0 + i for i, a in enumerate(algorithms.NAMES)}
+    assert read.date == "2026-01-01 00:00 UTC"
+    assert "make bench" in read.source and "7.0.15" in read.source
+    del results[bench_case("gcra")]
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="make bench"):
+        server_time_from_bench(path)
+
+
+def test_the_committed_bench_record_has_every_algorithm():
+    read = server_time_from_bench(RECORD)
+    assert set(read.us_per_check) == set(algorithms.NAMES)
+    assert all(us > 0 for us in read.us_per_check.values())
+
+
+def test_server_time_rejects_bad_figures():
+    with pytest.raises(ValueError):
+        ServerTime({"log": 0.0}, "typed in")
+    with pytest.raises(ValueError):
+        ServerTime({"leaky": 1.0}, "typed in")
+
+
+def test_measure_server_time_refuses_the_embedded_fake():
+    import fakeredis
+
+    with pytest.raises(ValueError, match="commandstats"):
+        measure_server_time(fakeredis.FakeRedis(), checks=10)
+
+
+def test_measure_server_time_on_a_real_redis(real_redis_url, prefix):
+    import redis
+
+    client = redis.Redis.from_url(real_redis_url, socket_timeout=10)
+    try:
+        client.set(f"{prefix}:other:kept", "1")  # someone else's key under another prefix
+        measured = measure_server_time(client, checks=300, prefix=f"{prefix}:probe")
+        assert set(measured.us_per_check) == set(algorithms.NAMES)
+        assert all(0 < us < 10_000 for us in measured.us_per_check.values())
+        assert "300 admitted checks" in measured.source
+        # Its scratch keys are gone; nothing else was touched.
+        assert list(client.scan_iter(match=f"{prefix}:probe:*")) == []
+        assert client.get(f"{prefix}:other:kept") == b"1"
+        # A prefix that already holds keys is refused: it is not a scratch prefix.
+        with pytest.raises(ValueError, match="scratch"):
+            measure_server_time(client, checks=10, prefix=f"{prefix}:other")
+    finally:
+        client.close()

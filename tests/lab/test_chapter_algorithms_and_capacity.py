@@ -1,9 +1,11 @@
-"""Chapter 5's module: the traces and exactness tables, the cost of a check, the counter
-at scale, the geofence policies, the capacity plans, and the figures drawn from them."""
+"""Chapter 5's modules: the traces, the contracts and exactness tables, the cost of a
+check, the counter at scale (Cloudflare's metric and divergence), the geofence policies,
+and (capacity_planning) the plans per scenario, and the figures drawn from them."""
 
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import matplotlib
@@ -16,11 +18,14 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from ratelimit import algorithms  # noqa: E402
+from ratelimit.costs import GEOFENCE_MAX_COST, geofence_cost  # noqa: E402
 from ratelimit.lab import capacity, memory, traffic  # noqa: E402
 from ratelimit.lab.chapters import algorithms_and_capacity as chapter  # noqa: E402
+from ratelimit.lab.chapters import capacity_planning as planning  # noqa: E402
 from ratelimit.lab.plotting import COLORS, explorer  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+BENCH_RECORD = NOTEBOOKS.parent / "bench" / "record.json"
 LABELS = [a.label for a in algorithms.ALGORITHMS]
 # Small versions of the chapter's traces, so that every test runs in well under a second.
 SMALL = {
@@ -58,11 +63,11 @@ def _close_figures():
     plt.close("all")
 
 
-def steps(fig):
-    """(label, x, y) of each step line of the capacity figure, in legend order."""
+def steps(fig, panel=0):
+    """(label, x, y) of each step line of one panel of the capacity figure, in legend order."""
     return [
         (line.get_label(), np.asarray(line.get_xdata()), np.asarray(line.get_ydata()))
-        for line in fig.axes[0].get_lines()
+        for line in fig.axes[panel].get_lines()
         if not line.get_label().startswith("_")
     ]
 
@@ -125,12 +130,51 @@ def test_exactness_measures_against_the_log(exactness, replayed):
     assert list(exactness.index.get_level_values("algorithm")[:4]) == LABELS
     log = exactness.xs("sliding log", level="algorithm")
     assert (log["peak / limit"] == 1.0).all()
-    assert (log[["false admits (%)", "false rejects (%)"]] == 0).all().all()
+    assert (log[[chapter.ADMITTED_NOT_LOG, chapter.REFUSED_NOT_LOG]] == 0).all().all()
     attack = exactness.loc["boundary attacker"]
     assert attack.loc["fixed window", "peak / limit"] == 2.0
-    assert attack.loc["fixed window", "false admits (%)"] == 50.0
+    assert attack.loc["fixed window", chapter.ADMITTED_NOT_LOG] == 50.0
     admitted = exactness.loc[("Poisson 2x", "GCRA (token bucket)"), "admitted"]
     assert admitted == replayed["Poisson 2x"]["gcra"].allowed.sum()
+
+
+def _decided(times, allowed, identity="a", cost=None):
+    return pd.DataFrame(
+        {
+            "time": times,
+            "identity": identity,
+            "cost": cost or [1] * len(times),
+            "allowed": allowed,
+        }
+    )
+
+
+def test_contract_measures_by_hand():
+    # Fixed window 2 per 1 s: two at 0.9 s and two at 1.1 s keep it (each calendar
+    # window holds 2), though a rolling second holds 4: the log's contract breaks.
+    times = [0.9, 0.95, 1.1, 1.15]
+    burst = _decided(times, [True] * 4)
+    assert chapter.contract_measure("fw", burst, 2, 1) == 1.0
+    assert chapter.contract_measure("log", burst, 2, 1) == 2.0
+    # The counter at 1.1 s: previous window 2 x 0.9 + current 1 = 2.8 > 2.
+    assert chapter.contract_measure("swc", burst, 2, 1) == pytest.approx(3.7 / 2)
+    # GCRA 2 per 1 s, burst 2: three at once break it, two at once and one 0.5 s later keep it.
+    assert chapter.contract_measure("gcra", _decided([0, 0, 0], [True] * 3), 2, 1) == 1.5
+    assert chapter.contract_measure("gcra", _decided([0, 0, 0.5], [True] * 3), 2, 1) == 1.0
+    # Rejected requests do not count; nothing admitted measures 0.
+    assert chapter.contract_measure("log", _decided([0, 0, 0], [True, False, False]), 2, 1) == 0.5
+    assert chapter.contract_measure("gcra", _decided([0], [False]), 2, 1) == 0.0
+
+
+def test_every_algorithm_keeps_its_own_contract(replayed):
+    table = chapter.contracts(replayed, 10, 1)
+    assert list(table.index) == LABELS
+    assert table["own contract: kept"].all()
+    assert list(table["own contract"]) == list(chapter.CONTRACTS.values())
+    # The GCRA decisions broken by hand: one extra admission breaks its contract.
+    gcra = replayed["boundary attacker"]["gcra"].copy()
+    gcra.loc[gcra.index[:11], "allowed"] = True
+    assert chapter.contract_measure("gcra", gcra, 10, 1) > 1
 
 
 def test_peaks_is_one_row_per_trace_one_column_per_algorithm(exactness, small_traces):
@@ -194,8 +238,11 @@ def test_script_check_runs_the_real_scripts():
 def test_decision_matrix(exactness, replayed, table):
     matrix = chapter.decision_matrix(exactness, chapter.key_bytes(table), replayed, 10)
     assert list(matrix.index) == LABELS
-    assert matrix.loc["sliding log", "worst peak / limit"] == 1.0
-    assert matrix.loc["fixed window", "worst peak / limit"] == 2.0
+    assert matrix["own contract: kept"].all()
+    assert matrix.loc["sliding log", "vs exact log: worst peak / limit"] == 1.0
+    assert matrix.loc["fixed window", "vs exact log: worst peak / limit"] == 2.0
+    # Every column judged against the log says so.
+    assert all(c.startswith("vs exact log") for c in matrix.columns[1:4])
     assert matrix.loc["GCRA (token bucket)", "commands per check, admit / reject"] == "2 / 1"
     checks = sum(len(by["log"]) for by in replayed.values())
     mean = sum(chapter.predicted_commands("swc", by["swc"]) for by in replayed.values()) / checks
@@ -217,12 +264,65 @@ def test_matrix_figure_shows_the_tables(exactness, table):
 # --- section 5 ------------------------------------------------------------------------
 
 
+def _brute_force_errors(trace, limit, window_s):
+    """Cloudflare's metric, one request at a time, straight from the definition."""
+    rows = []
+    ms = [int(t * 1000) for t in trace.time]
+    window = window_s * 1000
+    for i in range(len(ms)):
+        same = [j for j in range(i + 1) if trace.identity.iloc[j] == trace.identity.iloc[i]]
+        t = ms[i]
+        exact = sum(1 for j in same if t - window < ms[j] <= t)
+        start = (t // window) * window
+        current = sum(1 for j in same if start <= ms[j] <= t)
+        previous = sum(1 for j in same if start - window <= ms[j] < start)
+        approx = previous * ((window - (t - start)) / window) + current
+        rows.append((exact, approx, approx <= limit < exact, exact <= limit < approx))
+    return rows
+
+
+def test_exact_rate_errors_follow_the_definition():
+    trace = traffic.merge(
+        traffic.poisson(12, 20, seed=1, identity="a"), traffic.poisson(8, 20, seed=2, identity="b")
+    )
+    errors = chapter.exact_rate_errors(trace, 10, 1)
+    assert list(errors.identity) == list(trace.identity)
+    expected = _brute_force_errors(trace, 10, 1)
+    assert list(errors.exact) == [e[0] for e in expected]
+    assert np.allclose(errors.approx, [e[1] for e in expected])
+    assert list(errors.wrongly_allowed) == [e[2] for e in expected]
+    assert list(errors.wrongly_limited) == [e[3] for e in expected]
+    assert errors.wrongly_allowed.any() and errors.wrongly_limited.any()
+
+
+def test_exact_rate_errors_by_hand():
+    # 10 requests at 0.4 s, then 1 at 1.5 s: the exact rate at 1.5 s is 1 (0.4 s is out of it),
+    # the approximation 10 x 0.5 + 1 = 6; at limit 5 that request is wrongly limited.
+    trace = pd.DataFrame({"time": [0.4] * 10 + [1.5], "identity": "a", "cost": 1})
+    errors = chapter.exact_rate_errors(trace, 5, 1)
+    assert errors.exact.iloc[-1] == 1 and errors.approx.iloc[-1] == 6
+    assert errors.wrongly_limited.iloc[-1] and not errors.wrongly_allowed.any()
+
+
+def test_cloudflare_is_cited_by_title_date_and_address():
+    assert chapter.CLOUDFLARE.title.startswith("How we built rate limiting")
+    assert chapter.CLOUDFLARE.date == "2017-06-07"
+    assert chapter.CLOUDFLARE.url.startswith("https://blog.cloudflare.com/")
+    assert chapter.CLOUDFLARE.percent == 0.003
+
+
 def test_counter_per_rate():
-    per_rate = chapter.counter_per_rate([0.1, 2], 2_000, 10, 1, 0)
-    assert list(per_rate.index) == [0.1, 2]
-    assert per_rate.loc[0.1, "decided differently (%)"] == 0
-    assert per_rate.loc[2, "decided differently (%)"] > 5
-    assert per_rate.loc[2, "admitted, counter / log"] < 1.001
+    per_rate = chapter.counter_per_rate([0.1, 1, 10], 2_000, 10, 1, 0)
+    assert list(per_rate.index) == [0.1, 1, 10]
+    assert (per_rate.loc[0.1, [chapter.WRONG_VS_RATE, chapter.DIVERGED]] == 0).all()
+    assert per_rate.loc[1, chapter.WRONG_VS_RATE] > 1
+    # Far above the limit both rates say "over": no error by Cloudflare's metric, while
+    # the two limiters' states keep them apart.
+    assert per_rate.loc[10, chapter.WRONG_VS_RATE] == 0
+    assert per_rate.loc[10, chapter.DIVERGED] > 5
+    both = per_rate["wrongly allowed (%)"] + per_rate["wrongly limited (%)"]
+    assert np.allclose(both, per_rate[chapter.WRONG_VS_RATE], atol=1e-3)
+    assert per_rate.loc[10, "admitted, counter / log"] < 1.001
     with pytest.raises(ValueError):
         chapter.counter_per_rate([0], 2_000)
 
@@ -239,7 +339,9 @@ def test_counter_on_fleet_groups_clients_by_rate(small_fleet):
     assert total["clients"] == by_rate["clients"].iloc[:-1].sum() == small_fleet.clients
     assert total["share of requests (%)"] == 100
     wrong = small_fleet.wrong["false_admits"] + small_fleet.wrong["false_rejects"]
-    assert total["decided differently (%)"] == round(100 * wrong / small_fleet.requests, 4)
+    assert total[chapter.DIVERGED] == round(100 * wrong / small_fleet.requests, 4)
+    parts = total["wrongly allowed (%)"] + total["wrongly limited (%)"]
+    assert total[chapter.WRONG_VS_RATE] == pytest.approx(parts, abs=1e-3)
     assert small_fleet.busiest > 1
     assert f"{small_fleet.requests:,} requests from {small_fleet.clients} clients" in (
         small_fleet.summary()
@@ -251,11 +353,16 @@ def test_counter_figure_plots_the_tables(small_fleet):
     fig = chapter.counter_figure(per_rate, small_fleet)
     left, right = fig.axes
     single = left.get_lines()[0]
-    assert list(single.get_ydata()) == list(per_rate["decided differently (%)"])
+    assert list(single.get_ydata()) == list(per_rate[chapter.WRONG_VS_RATE])
     assert single.get_color() == COLORS["swc"]
     shown = np.ma.compressed(left.collections[0].get_offsets()[:, 0])  # empty classes: masked
     assert list(shown) == list(small_fleet.class_rate.dropna())
-    assert list(right.get_lines()[0].get_ydata()) == list(100 * per_rate["admitted, counter / log"])
+    assert list(right.get_lines()[0].get_ydata()) == list(per_rate[chapter.DIVERGED])
+    # The published figure is drawn beside Cloudflare's metric only.
+    labels = [line.get_label() for line in left.get_lines()]
+    assert any(label.startswith("Cloudflare (2017)") for label in labels)
+    assert not any("Cloudflare" in line.get_label() for line in right.get_lines())
+    assert "Cloudflare's metric" in left.get_title() and "separate" in right.get_title()
 
 
 # --- section 6 ------------------------------------------------------------------------
@@ -264,6 +371,14 @@ def test_counter_figure_plots_the_tables(small_fleet):
 @pytest.fixture(scope="module")
 def geo():
     return chapter.geofence_traffic(6, 60, 0)
+
+
+def test_cap_radius_comes_from_the_cost_function():
+    radius = chapter.cap_radius_m()
+    assert radius == 1_500.0
+    assert geofence_cost(radius) == GEOFENCE_MAX_COST - 1
+    assert geofence_cost(radius + 0.01) == GEOFENCE_MAX_COST
+    assert chapter.cap_radius_m(500, 5) == 1_000.0
 
 
 def test_geofence_traffic_and_profiles(geo):
@@ -299,93 +414,117 @@ def test_geo_figure_shows_the_table(geo):
     assert heights == list(flat.drop("all three"))
 
 
-# --- section 7 ------------------------------------------------------------------------
+# --- section 7 (capacity_planning) ---------------------------------------------------
 
 
-def test_fleet_plans_at_the_chapters_parameters(table):
-    plans = chapter.fleet_plans(table, chapter.Fleet())
-    assert list(plans) == [chapter.FULL, chapter.STEADY, *LABELS[1:]]
-    assert plans[chapter.FULL].shards == 13 and plans[chapter.STEADY].shards == 3
-    assert {plans[label].shards for label in LABELS[1:]} == {2}
-    sized = chapter.plan("log", capacity.bytes_per_key(table, "log", 1000), chapter.Fleet())
-    assert sized == plans[chapter.FULL]
+@pytest.fixture(scope="module")
+def server_time():
+    return planning.bench_server_time(str(BENCH_RECORD))
 
 
-def test_plan_rejects_bad_input(table):
-    with pytest.raises(ValueError, match="headroom"):
-        chapter.plan("fw", 120, chapter.Fleet(headroom=1.0))
-    with pytest.raises(ValueError):
-        chapter.fleet_plans(table, chapter.Fleet(limit=0))
+@pytest.fixture(scope="module")
+def chapter_plans(table, server_time):
+    named = planning.scenarios(1e6, 0.05, 1_000, 3_600)
+    return named, planning.plans(table, named, 1_000, 3_600, server_time, planning.Shard())
 
 
-def test_plan_table_and_summary(table):
-    plans = chapter.fleet_plans(table, chapter.Fleet())
-    plan_table = chapter.plan_table(plans)
-    assert list(plan_table.index) == list(plans)
-    assert plan_table.loc[chapter.FULL, "shards"] == 13
-    fleet = chapter.Fleet()  # memory = N x (one full key from the stored table + overhead)
-    full_key = capacity.bytes_per_key(table, "log", fleet.whole_limit) + fleet.key_overhead_bytes
-    assert plan_table.loc[chapter.FULL, "memory"] == memory.format_bytes(fleet.keys * full_key)
-    assert (plan_table["checks/s"] == 50_000).all()
-    summary = chapter.fleet_summary(chapter.Fleet())
-    assert "50,000 checks/s" in summary and "holds 180 members" in summary
+def test_server_time_is_the_bench_record(server_time):
+    import json
+
+    record = json.loads(BENCH_RECORD.read_text())["server_cost"]["results"]
+    for a in algorithms.NAMES:
+        case = capacity.bench_case(a)
+        assert server_time.us_per_check[a] == record[case]["usec_per_check"]
+    assert "make bench" in server_time.source and server_time.date
 
 
-def test_policy_sweep(table):
-    sweep = chapter.policy_sweep(table, chapter.Fleet())
-    assert list(sweep.index) == list(chapter.POLICY_SWEEP)
-    counter = sweep[f"{chapter.LABELS['swc']}: shards"]
-    full = sweep[f"{chapter.FULL}: shards"]
-    assert counter.nunique() == 1 and full.is_monotonic_increasing
-    assert sweep.loc["1,000 per hour", f"{chapter.FULL}: shards"] == 13
+def test_scenarios_derive_memory_and_checks_from_one_traffic(chapter_plans, server_time):
+    named, plans = chapter_plans
+    assert list(named) == [planning.STEADY, planning.FULL]
+    full, steady = named[planning.FULL], named[planning.STEADY]
+    assert full.checks_per_second() == pytest.approx(1e6 * 1_000 / 3_600)
+    assert full.mean_log_members(1_000, 3_600) == 1_000
+    assert steady.mean_log_members(1_000, 3_600) == pytest.approx(180)
+    # Within a scenario, the same checks for every algorithm; the shards for checks
+    # follow the bench's server time with half of each shard kept free.
+    for (name, a), plan in plans.items():
+        assert plan.checks_per_s == pytest.approx(named[name].checks_per_second())
+        usable = 1e6 / server_time.us_per_check[a] * 0.5
+        assert plan.shards_for_checks == math.ceil(round(plan.checks_per_s / usable, 9))
+    # Every key full is bound by checks for every algorithm, the log too.
+    full_shards = planning.shards_by_algorithm(plans, planning.FULL)
+    assert all(plans[(planning.FULL, a)].shards_for_checks == n for a, n in full_shards.items())
+    assert min(full_shards[a] for a in ("fw", "swc", "gcra")) > 2
 
 
-def test_default_figure_is_titled_labelled_and_tells_the_chapters_story(table):
-    fig = chapter.figure(table=table)
-    (ax,) = fig.axes
-    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
-    assert "shards" in ax.get_ylabel() and "requests/s" in ax.get_xlabel()
-    assert ax.get_legend() is not None
-    lines = steps(fig)
-    assert len(lines) == 5
-    shards_at_a_million = {label.split(":")[0]: y[x == 1_000_000][0] for label, x, y in lines}
-    plans = chapter.fleet_plans(table, chapter.Fleet())
-    assert shards_at_a_million == {label: p.shards for label, p in plans.items()}
-    assert shards_at_a_million[chapter.FULL] == 13
+def test_plan_table_and_policy_sweep(chapter_plans, table, server_time):
+    _, plans = chapter_plans
+    plan_table = planning.plan_table(plans)
+    assert list(plan_table.index.get_level_values("scenario").unique()) == [
+        planning.STEADY,
+        planning.FULL,
+    ]
+    full_log = plans[(planning.FULL, "log")]
+    assert plan_table.loc[(planning.FULL, "sliding log"), "memory"] == memory.format_bytes(
+        full_log.memory_bytes
+    )
+    sweep = planning.policy_sweep(table, 10**6, 0.05, server_time)
+    assert list(sweep.index) == list(planning.POLICY_SWEEP)
+    assert sweep[f"{planning.STEADY}: checks/s"].nunique() == 1
+    assert sweep[f"{planning.FULL}: checks/s"].is_monotonic_decreasing
 
 
-def test_the_stored_table_is_read_relative_to_the_notebooks(table, monkeypatch):
+def test_span():
+    assert planning.span([3, 3, 3]) == "3"
+    assert planning.span([17, 15, 16]) == "15-17"
+    assert planning.span([26.55, 29.18], ".1f") == "26.6-29.2"
+
+
+def test_default_figure_shows_both_scenarios_and_the_plans(table, chapter_plans, server_time):
+    named, plans = chapter_plans
+    fig = planning.figure(table=table, server_time=server_time)
+    assert len(fig.axes) == 2
+    for panel, name in enumerate(named):
+        labels = [label for label, _, _ in steps(fig, panel)]
+        shards = planning.shards_by_algorithm(plans, name)
+        assert labels == [f"{LABELS[i]}: {n:,} shards" for i, n in enumerate(shards.values())]
+        assert fig.axes[panel].get_title().startswith(name)
+    assert "server time per check (us)" in fig._suptitle.get_text()
+
+
+def test_figure_reads_the_stored_table_and_the_bench_record(table, server_time, monkeypatch):
     monkeypatch.chdir(NOTEBOOKS)
-    fig, ref = chapter.figure(), chapter.figure(table=table)
-    for (_, _, y), (_, _, y_ref) in zip(steps(fig), steps(ref), strict=True):
-        assert np.array_equal(y, y_ref)
+    fig, ref = planning.figure(), planning.figure(table=table, server_time=server_time)
+    assert [lbl for lbl, _, _ in steps(fig, 1)] == [lbl for lbl, _, _ in steps(ref, 1)]
 
 
 @pytest.mark.parametrize(
-    "change", [{"limit": 100}, {"headroom": 0.2}, {"rate_per_key": 0.5}, {"window_s": 60}]
+    "change",
+    [{"limit": 100}, {"rate_per_key": 0.5}, {"headroom": 0.2}, {"peak_factor": 3}],
 )
-def test_a_parameter_changes_the_plotted_data(table, change):
-    old = steps(chapter.figure(table=table))
-    new = steps(chapter.figure(table=table, **change))
-    assert any(not np.array_equal(y0, y1) for (_, _, y0), (_, _, y1) in zip(old, new, strict=True))
+def test_a_parameter_changes_the_plotted_data(table, server_time, change):
+    old = planning.figure(table=table, server_time=server_time)
+    new = planning.figure(table=table, server_time=server_time, **change)
+    changed = [
+        not np.array_equal(a[2], b[2])
+        for panel in (0, 1)
+        for a, b in zip(steps(old, panel), steps(new, panel), strict=True)
+    ]
+    assert any(changed)
 
 
-def test_active_keys_moves_the_marker_and_the_legend(table):
-    labels = [label for label, _, _ in steps(chapter.figure(table=table, active_keys=1e8))]
-    assert labels[0] != f"{chapter.FULL}: 13 shards"
-    assert all(int(label.split(": ")[1].split()[0].replace(",", "")) > 100 for label in labels)
-
-
-def test_figure_rejects_bad_input(table):
-    with pytest.raises(ValueError, match="headroom"):
-        chapter.figure(table=table, headroom=1.0)
+def test_figure_rejects_bad_input(table, server_time):
     with pytest.raises(ValueError):
-        chapter.figure(table=table, rate_per_key=-1)
+        planning.figure(table=table, server_time=server_time, headroom=1.0)
+    with pytest.raises(ValueError):
+        planning.figure(table=table, server_time=server_time, rate_per_key=-1)
 
 
-def test_sliders_build_and_redraw_from_the_chapters_parameters(table):
+def test_sliders_build_and_redraw_from_the_chapters_parameters(table, server_time):
     calls = []
-    chapter_figure = functools.partial(chapter.figure, table=table, headroom=0.4)
+    chapter_figure = functools.partial(
+        planning.figure, table=table, server_time=server_time, headroom=0.4
+    )
 
     @functools.wraps(chapter_figure)
     def draw(**values):
@@ -403,6 +542,15 @@ def test_sliders_build_and_redraw_from_the_chapters_parameters(table):
     assert [c.description for c in widget.children[:4]] == list(sliders)
     widget.children[2].value = 100.0
     assert len(calls) == 2 and calls[-1]["limit"] == 100.0
+
+
+def test_chapter_templates_quote_only_recorded_names():
+    import string
+
+    for template in (chapter.SUMMARY, chapter.HEADLINE):
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f]
+        assert fields and all(f.islower() for f in fields)
+    assert chapter.TITLE == "Algorithms and capacity planning"
 
 
 def test_traffic_module_is_what_the_traces_use(small_traces):

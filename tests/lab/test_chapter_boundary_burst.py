@@ -4,6 +4,7 @@ checks, and figures that draw exactly those numbers; the sliders redraw the Expl
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import matplotlib
 
@@ -14,9 +15,11 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from ratelimit import algorithms  # noqa: E402
+from ratelimit.lab import records  # noqa: E402
 from ratelimit.lab.chapters import boundary_burst as bb  # noqa: E402
 from ratelimit.lab.plotting import COLORS, explorer  # noqa: E402
 
+RECORDS = Path(__file__).parents[2] / "notebooks" / "data" / "records"
 LABELS = ["fixed window", "sliding log", "sliding-window counter", "GCRA (token bucket)"]
 
 
@@ -202,3 +205,25 @@ def test_sliders_start_at_the_parameters_the_chapter_passes():
     widget = explorer(draw, **bb.SLIDERS)
     values = {c.description: c.value for c in widget.children[: len(bb.SLIDERS)]}
     assert values == {"limit": 7, "window_s": bb.WINDOW_S, "rate_multiple": 2.0, "seed": 3}
+
+
+def test_the_readme_texts_quote_what_the_module_computes():
+    # The committed records are what the README quotes; at the chapter's defaults the
+    # module must compute the same numbers, and every field of the texts is recorded.
+    values = records.load("01_boundary_burst", RECORDS)["values"]
+    for template in (bb.SUMMARY, bb.HEADLINE):
+        assert records._fill(template, values, "boundary_burst")
+    recorded = {name: v["value"] for name, v in values.items()}
+    attack = bb.attack_table()[bb.PEAK]
+    assert recorded["fixed_attack_peak"] == attack["fixed window"] == 2 * bb.LIMIT
+    assert recorded["others_attack_peak"] == attack.drop("fixed window").max() == bb.LIMIT
+    assert recorded["attack_requests"] == len(bb.attack()) == 2 * recorded["attack_burst"]
+    poisson = bb.poisson_table()
+    assert recorded["fixed_poisson_peak"] == poisson["fixed window"].max()
+    assert recorded["log_poisson_peak"] == poisson["sliding log"].max() == bb.LIMIT
+    assert recorded["gcra_poisson_peak"] == poisson["GCRA (token bucket)"].max()
+    assert (recorded["rate_min"], recorded["rate_max"]) == (
+        min(bb.RATE_MULTIPLES),
+        max(bb.RATE_MULTIPLES),
+    )
+    assert bb.TITLE and "{" not in bb.TITLE

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import httpx
 import matplotlib
@@ -16,6 +17,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from ratelimit.costs import geofence_cost  # noqa: E402
 from ratelimit.devtools.process import pid_alive  # noqa: E402
 from ratelimit.lab import logs  # noqa: E402
 from ratelimit.lab.chapters import http_route  # noqa: E402
@@ -58,10 +60,23 @@ async def test_look_ups_over_the_limit_are_refused_and_the_key_stays_bounded():
     table = http_route.verification_table(responses)
     assert table.index.tolist() == [1, 2, 3, 4, 5] and table.index.name == "request"
     assert table.status.tolist() == [200, 200, 200, 429, 429]
-    assert table["RateLimit"].tolist()[:3] == [f'"geofence";r={r};t=1' for r in (2, 1, 0)]
+    # The sliding log's 200s carry no t: its answer does not say when a unit comes back.
+    assert table["RateLimit"].tolist()[:3] == [f'"geofence";r={r}' for r in (2, 1, 0)]
+    assert table["RateLimit"].tolist()[3:] == ['"geofence";r=0;t=1'] * 2
     assert table["Retry-After"].tolist() == ["", "", "", "1", "1"]
     key, members, ttl_ms = await http_route.key_state(app, KEY)
     assert KEY not in key and members == 3 and 0 < ttl_ms <= 1000
+    check = await http_route.seed_check(app, KEY)
+    assert check["key"] == check["python"] == check["app"] == key != check["bare"]
+    assert check["command"] == f"python -m ratelimit key {KEY} --scope geofence --prefix demo"
+    assert (check["ZCARD"], 0 < check["PTTL"] <= 1000) == (members, True)
+
+
+async def test_seed_check_on_a_key_nobody_used_finds_nothing():
+    check = await http_route.seed_check(http_route.demo_app(), "never-sent")
+    assert (check["ZCARD"], check["PTTL"]) == (0, -2)  # -2: no such key
+    with pytest.raises(SystemExit):
+        http_route.key_from_the_command_line(["key"])  # neither API key nor address
 
 
 def test_headers_table_has_one_column_per_response_and_the_meanings():
@@ -88,6 +103,15 @@ def test_as_sent_leaves_out_the_fields_that_vary():
 
 
 # --- cost-weighted look-ups -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_cost", [3, 10])
+def test_cost_thresholds_are_where_geofence_cost_steps_up(max_cost):
+    table = http_route.cost_thresholds(max_cost)
+    assert table.index.tolist() == list(range(2, max_cost + 1))
+    for cost, above_m in table["from above (m)"].items():
+        assert geofence_cost(above_m - 0.5, max_cost) < cost <= geofence_cost(above_m + 0.5)
+        assert above_m == round(500 * math.sqrt(cost - 1))  # the area rule, ceil((r/500)^2)
 
 
 def test_cost_table_caps_at_the_limit():
@@ -140,7 +164,7 @@ def drive(loop: http_route.ClientLoop, answers) -> list[int]:
 
 
 POLICY = {"RateLimit-Policy": '"geofence";q=10;w=1'}
-REFUSED = {**POLICY, "Retry-After": "2"}
+REFUSED = {**POLICY, "Retry-After": "2", "Retry-After-Ms": "1500"}
 
 
 @pytest.mark.parametrize(
@@ -148,6 +172,7 @@ REFUSED = {**POLICY, "Retry-After": "2"}
     [
         (http_route.HAMMERS, [20, 70, 20], [False] * 4),
         (http_route.HONOURS_RETRY_AFTER, [20, 2020, 20], [False, False, True, False]),
+        (http_route.HONOURS_RETRY_AFTER_MS, [20, 1520, 20], [False, False, True, False]),
         (http_route.PACED, [100, 100, 100], [False] * 4),
     ],
 )
@@ -189,6 +214,13 @@ def test_simulate_tells_the_chapters_story():
     assert (polite.statuses[polite.after_retry_after] == 200).all()
     paced = http_route.simulate(client=http_route.PACED)
     assert (paced.admitted_count, paced.refused_count) == (100, 0)
+    # Waiting the exact Retry-After-Ms loses nothing: the full rate, one 429 a burst.
+    exact = http_route.simulate(client=http_route.HONOURS_RETRY_AFTER_MS)
+    full = http_route.LIMIT * http_route.DURATION_S // http_route.WINDOW_S
+    assert exact.admitted_count == full == paced.admitted_count == hammer.admitted_count
+    bursts = 1 + exact.after_retry_after.sum()
+    assert exact.refused_count in (bursts - 1, bursts)  # the run may end inside a burst
+    assert (exact.statuses[exact.after_retry_after] == 200).all()
 
 
 @pytest.mark.parametrize("client", http_route.CLIENTS)
@@ -205,11 +237,12 @@ def test_summary_counts_and_rates():
     runs = [http_route.simulate(client=name) for name in http_route.CLIENTS]
     table = http_route.summary(runs, 10)
     assert table.index.tolist() == http_route.CLIENTS and table.index.name == "client"
-    assert table.requests.tolist() == [215, 99, 100]
-    assert table.admitted.tolist() == [100, 90, 100]
-    assert table.refused.tolist() == [115, 9, 0]
-    assert table["admitted per second"].tolist() == [10.0, 9.0, 10.0]
-    assert table["refused per admitted"].round(2).tolist() == [1.15, 0.1, 0.0]
+    assert table.requests.tolist() == [run.requests for run in runs]
+    assert table.admitted.tolist() == [run.admitted_count for run in runs]
+    assert table.refused.tolist() == [run.refused_count for run in runs]
+    assert table["admitted per second"].tolist() == [run.admitted_count / 10 for run in runs]
+    rates = [run.refused_count / run.admitted_count for run in runs]
+    assert table["refused per admitted"].tolist() == rates
 
 
 def test_clients_figure_shows_the_runs():
@@ -223,7 +256,12 @@ def test_clients_figure_shows_the_runs():
         assert [b.get_height() for b in admitted] == [run.admitted_count for run in runs]
         assert [b.get_height() for b in refused] == [run.refused_count for run in runs]
         labels = [t.get_text() for t in right.get_xticklabels()]
-        assert labels == ["hammers", "honours\nRetry-After", "paced by\nRateLimit-Policy"]
+        assert labels == [
+            "hammers",
+            "honours\nRetry-After",
+            "honours\nRetry-After-Ms",
+            "paced by\nRateLimit-Policy",
+        ]
     finally:
         plt.close(fig)
 
@@ -325,3 +363,34 @@ def test_explorer_starts_at_the_figures_own_defaults():
     values = [c.value for c in widget.children[:3]]
     assert values == [10, http_route.HAMMERS, 10]
     plt.close("all")
+
+
+async def test_effective_window_example_says_when_the_first_unit_returns():
+    table = await http_route.effective_window_example(
+        [0, 0, 3, 3, 3.5, 6, 6, 6], limit=4, window_s=6
+    )
+    assert table.status.tolist() == [200] * 4 + [429, 200, 200, 429]
+    refused = table[table.status == 429]
+    # 3.5 s: the look-ups of 0 s leave at 6 s; at 6 s: those of 3 s leave at 9 s.
+    assert refused["RateLimit"].tolist() == ['"geofence";r=0;t=3', '"geofence";r=0;t=3']
+    assert refused["Retry-After"].tolist() == ["3", "3"]
+    assert not table[table.status == 200]["RateLimit"].str.contains("t=").any()
+
+
+def test_the_readme_texts_quote_only_recorded_numbers():
+    from ratelimit.lab import records
+
+    values = records.load("06_http_route", records.NOTEBOOKS_DIR / records.RECORDS_DIR)
+    for template in (http_route.SUMMARY, http_route.HEADLINE):
+        text = records._fill(template, values["values"], "http_route")
+        assert "{" not in text
+
+
+def test_shown_gives_retry_after_ms_as_its_range_and_anything_else_as_it_is():
+    refused = response(429, {"Retry-After": "2", "Retry-After-Ms": "1234"})
+    assert http_route.shown("Retry-After-Ms", refused) == "1..2000 (real time)"
+    assert http_route.shown("Retry-After", refused) == "2"
+    assert http_route.shown("RateLimit", refused) == ""
+    wrong = response(429, {"Retry-After": "1", "Retry-After-Ms": "1500"})  # a bug shows
+    assert http_route.shown("Retry-After-Ms", wrong) == "1500"
+    assert "Retry-After-Ms: 1..2000 (real time)" in http_route.as_sent(refused)

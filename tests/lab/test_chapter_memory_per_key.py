@@ -4,6 +4,8 @@ figure."""
 
 from __future__ import annotations
 
+import json
+
 import fakeredis
 import matplotlib
 
@@ -120,6 +122,9 @@ def test_headline_table_adds_the_threshold_and_one_above(table):
         == ours.bytes_per_key[[10, 128, 129, 1_000]].tolist()
     )
     assert summary.encoding.tolist() == ["listpack", "listpack", "skiplist", "skiplist"]
+    # Bytes per member as the README quotes them: one decimal, from the same row.
+    expected = [format(v, ".1f") for v in ours.bytes_per_entry[[10, 128, 129, 1_000]]]
+    assert summary["ours: bytes per member"].tolist() == expected
 
 
 def test_encodings_table_changes_at_the_threshold(table):
@@ -139,18 +144,15 @@ def test_storage_table_puts_the_two_storages_side_by_side(table):
     assert storages.index.tolist() == [10, 128, 1_000] and storages.index.name == "entries"
     sorted_set = memory_per_key.series(table, "log", "script")
     compact = memory_per_key.series(table, "log", "compact")
-    assert (
-        storages["sorted set: bytes per unit"].tolist()
-        == sorted_set.bytes_per_entry[[10, 128, 1_000]].tolist()
-    )
-    assert (
-        storages["compact: bytes per unit"].tolist()
-        == compact.bytes_per_entry[[10, 128, 1_000]].tolist()
-    )
-    assert np.allclose(
-        storages["sorted set / compact"],
-        storages["sorted set: bytes per unit"] / storages["compact: bytes per unit"],
-    )
+    rows = [10, 128, 1_000]
+    assert storages["sorted set: bytes per unit"].tolist() == [
+        format(v, ".1f") for v in sorted_set.bytes_per_entry[rows]
+    ]
+    assert storages["compact: bytes per unit"].tolist() == [
+        format(v, ".1f") for v in compact.bytes_per_entry[rows]
+    ]
+    ratio = sorted_set.bytes_per_entry[rows] / compact.bytes_per_entry[rows]
+    assert storages["sorted set / compact"].tolist() == [format(v, ".1f") for v in ratio]
     assert (storages["compact: encoding"] == "hashtable").all()
 
 
@@ -413,3 +415,119 @@ def test_explorer_builds_and_redraws_on_a_slider_move():
     keys.value = 10**3
     assert calls[-1] == (10**3, 129)
     plt.close("all")
+
+
+# --- the numbers the chapter quotes -----------------------------------------------------
+
+NOTEBOOK = STORED.parents[1] / "03_memory_per_key.ipynb"
+RECORDS = STORED.parent / "records" / "03_memory_per_key.json"
+
+
+def _texts(table) -> dict[str, str]:
+    return {q.name: format(q.value, q.fmt) for q in memory_per_key.quotes(table)}
+
+
+def test_quotes_come_from_the_rows_the_tables_and_figure_show(table):
+    texts = _texts(table)
+    assert texts["redis_version"] == memory_per_key.table_version(table)
+    assert texts["listpack_threshold"] == str(int(table.listpack_threshold.iloc[0]))
+    # Bytes per member: the same text as the chapter's table, row for row.
+    summary = memory_per_key.headline_table(table)
+    threshold = int(table.listpack_threshold.iloc[0])
+    for role, n in {"small": 10, "threshold": threshold, "above": threshold + 1}.items():
+        assert texts[f"ours_per_member_{role}"] == summary.loc[n, "ours: bytes per member"]
+        assert texts[f"classic_per_member_{role}"] == summary.loc[n, "classic: bytes per member"]
+        assert texts[f"encoding_{role}"] == summary.loc[n, "encoding"]
+    storages = memory_per_key.storage_table(table, [threshold, 1_000])
+    assert texts["compact_per_unit_fleet"] == storages.loc[1_000, "compact: bytes per unit"]
+    # The fleet: the same text as the Explore figure's bar labels.
+    fig = memory_per_key.figure(table=table)
+    try:
+        labels = [t.get_text() for t in fig.axes[0].texts]
+    finally:
+        plt.close(fig)
+    assert labels[:3] == [texts["fleet_ours"], texts["fleet_classic"], texts["fleet_compact"]]
+    assert {texts["fleet_o1_min"], texts["fleet_o1_max"]} <= set(labels[3:])
+
+
+def test_quotes_follow_the_table_they_are_given(table):
+    """A table measured elsewhere quotes its own numbers: nothing is fixed in the code."""
+    doubled = table.assign(
+        bytes_per_key=table.bytes_per_key * 2,
+        bytes_per_entry=table.bytes_per_entry * 2,
+        redis_version="8.0.1",
+    )
+    before, after = _texts(table), _texts(doubled)
+    assert after["redis_version"] == "8.0.1"
+    ours = memory_per_key.series(table, "log", "script").bytes_per_entry
+    assert after["ours_per_member_fleet"] == f"{2 * ours[1_000]:.1f}"
+    assert after["ours_per_member_fleet"] != before["ours_per_member_fleet"]
+    assert after["fleet_ours"] != before["fleet_ours"]
+    assert after["step_factor"] == before["step_factor"]  # a ratio
+
+
+def test_the_skiplist_range_is_the_measured_one(table):
+    texts = _texts(table)
+    ours = memory_per_key.series(table, "log", "script").bytes_per_entry
+    big = ours[ours.index >= 2 * int(table.listpack_threshold.iloc[0])]
+    assert texts["skiplist_min_per_member"] == f"{big.min():.1f}"
+    assert texts["skiplist_max_per_member"] == f"{big.max():.1f}"
+    # The old README said "under 100 bytes each" from a few hundred entries on.
+    assert big.max() > 100
+
+
+def test_a_table_of_two_versions_is_refused(table):
+    mixed = table.assign(redis_version=["7.0.15"] * (len(table) - 1) + ["7.2.4"])
+    with pytest.raises(ValueError, match="mixes Redis versions"):
+        memory_per_key.quotes(mixed)
+
+
+def test_readme_templates_quote_only_records(table):
+    """Every field of the README's parts is a record: `quotes`, plus section 5's
+    `compare_requests` (recorded by the notebook)."""
+    import string
+
+    fields = set()
+    templates = [memory_per_key.SUMMARY, memory_per_key.HEADLINE]
+    templates += list(memory_per_key.README_BLOCKS.values())
+    for template in templates:
+        fields |= {f for _, f, _, _ in string.Formatter().parse(template) if f}
+    assert fields - set(_texts(table)) == {"compare_requests"}
+    assert set(memory_per_key.README_BLOCKS) == {"member-sizes", "compact-sizes"}
+
+
+def test_the_committed_records_are_the_stored_tables(table):
+    """`make refresh` records what `quotes` says of the stored table, and the README
+    blocks render from them."""
+    from ratelimit.lab import records
+
+    committed = json.loads(RECORDS.read_text())
+    assert committed["run"]["backend"].startswith(f"Redis {memory_per_key.table_version(table)}")
+    values = committed["values"]
+    assert {n: values[n]["text"] for n in _texts(table)} == _texts(table)
+    where = "memory_per_key"
+    for marker, template in memory_per_key.README_BLOCKS.items():
+        block = records._fill(template, values, where)
+        assert "{" not in block.replace("storage=", ""), marker
+    member_sizes = records._fill(memory_per_key.README_BLOCKS["member-sizes"], values, where)
+    assert f"| {values['above_threshold']['text']} | skiplist |" in member_sizes
+
+
+def test_the_conclusion_quotes_only_recorded_numbers(table):
+    """The conclusion is rendered from the records: its fields are records, and the only
+    numbers typed into it are not measurements (the compact log's 6-byte entries in
+    chunks of 63, 3-byte members, Redis versions, section numbers) or sizes section 5
+    asserts (1, 8, 10 and 16 entries)."""
+    import re
+    import string
+
+    template = memory_per_key.CONCLUSION
+    fields = {f for _, f, _, _ in string.Formatter().parse(template) if f}
+    assert fields and fields - set(_texts(table)) == set()
+    literal = "".join(text for text, _, _, _ in string.Formatter().parse(template))
+    typed = set(re.findall(r"\d+(?:\.\d+)*", literal))
+    assert typed <= {"1", "3", "5", "6", "7.0", "8", "10", "16", "63"}, typed
+    # The notebook renders it (rather than typing numbers into a Markdown cell).
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells]
+    assert any("memory_per_key.CONCLUSION.format(" in source for source in sources)

@@ -1,23 +1,28 @@
-"""Chapter 5: the four algorithms side by side, what a check costs Redis, the
-sliding-window counter at scale, cost-weighted limits, and Redis capacity for a fleet.
+"""Chapter 5: the four algorithms side by side, each against its own contract and against
+the exact log, what a check costs Redis, the sliding-window counter at scale (Cloudflare's
+metric, and divergence from a real log), and cost-weighted limits. Section 7, capacity
+planning, lives in `capacity_planning`.
 
     from ratelimit.lab.chapters import algorithms_and_capacity as chapter
     traces = chapter.traces(limit=10, window_s=1, seed=0)       # section 1's five traces
-    chapter.exactness(chapter.replay_all(traces, 10, 1), 10, 1)  # section 2's table
-    chapter.figure()                         # section 7's figure at the chapter's parameters
-    chapter.figure(limit=100, headroom=0.3)  # another policy (what the sliders redraw)
+    replayed = chapter.replay_all(traces, 10, 1)
+    chapter.contracts(replayed, 10, 1)                          # each by its own promise
+    chapter.exactness(replayed, 10, 1)                          # each against the exact log
+    chapter.exact_rate_errors(traces["Poisson 1x"], 10, 1)      # Cloudflare's metric
 
 Decisions come from the in-memory reference models (`ratelimit.lab.reference`), which
 decide exactly like the Lua scripts, replayed in virtual time; `script_check` runs the
 real scripts on the embedded Redis to show that. Bytes per key come from chapter 3's
 stored table, Redis commands per check from the registry (`ratelimit.algorithms`).
 Every function takes the chapter's parameters; the defaults are the chapter's values.
+`TITLE`, `SUMMARY` and `HEADLINE` are the README's texts for the chapter, filled from
+its records (`ratelimit.lab.records`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,11 +32,10 @@ import pandas as pd
 
 import ratelimit
 from ratelimit import algorithms, validation
-from ratelimit.costs import GEOFENCE_FREE_RADIUS_M, GEOFENCE_MAX_COST
+from ratelimit.costs import GEOFENCE_FREE_RADIUS_M, GEOFENCE_MAX_COST, geofence_cost
 
 from .. import capacity, memory, metrics, traffic
-from ..memory import format_bytes
-from ..plotting import COLORS, parameters_of
+from ..plotting import COLORS
 from ..simulation import replay
 from ..timebase import seconds_to_ms
 
@@ -39,36 +43,37 @@ if TYPE_CHECKING:
     import matplotlib.figure
 
 __all__ = [
-    "CLOUDFLARE_PERCENT",
-    "FULL",
-    "Fleet",
+    "ADMITTED_NOT_LOG",
+    "CLOUDFLARE",
+    "CONTRACTS",
     "GEO_PROFILES",
+    "REFUSED_NOT_LOG",
+    "HEADLINE",
     "LABELS",
-    "POLICY_SWEEP",
-    "STEADY",
-    "US_PER_CHECK",
+    "SUMMARY",
+    "TITLE",
     "CounterOnFleet",
+    "DIVERGED",
+    "Published",
+    "WRONG_VS_RATE",
     "busiest_window",
+    "cap_radius_m",
+    "contracts",
     "counter_figure",
     "counter_on_fleet",
     "counter_per_rate",
     "decision_matrix",
+    "exact_rate_errors",
     "exactness",
-    "figure",
-    "fleet_plans",
-    "fleet_summary",
     "geo_figure",
     "geo_policies",
     "geo_profiles",
     "geo_table",
     "geofence_traffic",
     "key_bytes",
-    "key_sizes",
     "matrix_figure",
     "peaks",
-    "plan",
-    "plan_table",
-    "policy_sweep",
+    "per_rate_findings",
     "predicted_commands",
     "replay_all",
     "replay_with",
@@ -78,9 +83,35 @@ __all__ = [
     "traces",
 ]
 
+TITLE = "Algorithms and capacity planning"
+SUMMARY = (
+    "all four algorithms on the same traces, each judged against its own contract "
+    "({contracts_kept} of 4 kept it on every trace) and, separately, against the exact log "
+    "(peak in any rolling second, "
+    "bytes per key, Redis commands per check); the sliding-window counter on "
+    "{fleet_requests_m}M requests by Cloudflare's metric ({fleet_cloudflare_pct}% wrongly "
+    "allowed or limited against the exact rate on the same history; Cloudflare published "
+    "{cloudflare_pct}%) and, a separate finding, {fleet_diverged_pct}% decided differently "
+    "once it and a real log drift apart; cost-weighted geofence limits; Redis memory and "
+    "shards per traffic scenario from the server time `make bench` measured"
+)
+HEADLINE = (
+    "{cap_keys} keys under {cap_policy}, planned from one traffic scenario with the Redis "
+    "time per check the latest `make bench` measured ({bench_date}: {us_log} us for the "
+    "sliding log, {us_o1} us for the others). Steady state, every key at "
+    "{steady_per_minute} requests a minute ({steady_checks} checks/s): "
+    "{steady_log_shards} shards of {shard_gib} GiB for a sliding log, {steady_o1_shards} "
+    "for the fixed window, counter or GCRA. Every key full, each sending its whole budget "
+    "({full_checks} checks/s): {full_log_shards} vs {full_o1_shards}, bound by checks; "
+    "the log's {full_log_memory} alone would need {full_log_memory_shards}."
+)
+
 LABELS: Mapping[str, str] = {a.name: a.label for a in algorithms.ALGORITHMS}
 """Each algorithm's label by its tag, in the registry's order."""
 _LOG = algorithms.get("log")
+# Against the exact log: the same requests, each limiter on its own state.
+ADMITTED_NOT_LOG = "vs exact log: admitted, log refused (%)"
+REFUSED_NOT_LOG = "vs exact log: refused, log admitted (%)"
 
 # --- sections 1 and 2: five traces, and how exact each algorithm is on them -------------
 
@@ -169,8 +200,10 @@ def replay_all(
 def exactness(
     replayed: Mapping[str, Mapping[str, pd.DataFrame]], limit: int = 10, window_s: int = 1
 ) -> pd.DataFrame:
-    """Per trace and algorithm: admitted, peak / limit, and the false admits and rejects
-    (% of all requests) against the exact sliding log on the same trace."""
+    """Per trace and algorithm: admitted, peak / limit, and the decisions that differ
+    from the exact sliding log's on the same trace (% of all requests): admitted where
+    the log refused, refused where the log admitted. These judge every algorithm by the
+    log's promise; `contracts` judges each by its own."""
     rows = []
     for name, by_algorithm in replayed.items():
         exact = by_algorithm[_LOG.name]
@@ -182,8 +215,8 @@ def exactness(
                     "algorithm": LABELS[a],
                     "admitted": int(decided.allowed.sum()),
                     "peak / limit": metrics.overshoot(decided, limit, window_s),
-                    "false admits (%)": round(100 * wrong["false_admit_rate"], 3),
-                    "false rejects (%)": round(100 * wrong["false_reject_rate"], 3),
+                    ADMITTED_NOT_LOG: round(100 * wrong["false_admit_rate"], 3),
+                    REFUSED_NOT_LOG: round(100 * wrong["false_reject_rate"], 3),
                 }
             )
     return pd.DataFrame(rows).set_index(["trace", "algorithm"])
@@ -193,6 +226,86 @@ def peaks(table: pd.DataFrame) -> pd.DataFrame:
     """An `exactness` table's peak / limit, one row per trace, one column per algorithm."""
     traces_in_order = list(dict.fromkeys(table.index.get_level_values("trace")))
     return table["peak / limit"].unstack("algorithm").loc[traces_in_order, list(LABELS.values())]
+
+
+# --- each algorithm against its own contract ---------------------------------------------
+
+CONTRACTS: Mapping[str, str] = {
+    "log": "at most limit in any rolling window",
+    "fw": "at most limit in each calendar window [kW, (k+1)W)",
+    "swc": "at each admission, previous window x unexpired share + current window <= limit",
+    "gcra": "in any interval of d seconds at most burst + d x limit / W (burst = limit here)",
+}
+"""What each algorithm promises, in words: what `contracts` checks its decisions against."""
+
+
+def _sorted_admitted(decided: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Admitted rows as (identity code, ms, cost), sorted by identity then time (stable)."""
+    ok = decided[decided.allowed.to_numpy(dtype=bool)]
+    codes = pd.factorize(ok.identity)[0].astype(np.int64)
+    ms = seconds_to_ms(ok.time.to_numpy())
+    cost = ok.cost.to_numpy(dtype=np.int64) if "cost" in ok else np.ones(len(ok), np.int64)
+    order = np.lexsort((ms, codes))
+    return codes[order], ms[order], cost[order]
+
+
+def _window_sums(
+    codes: np.ndarray, ms: np.ndarray, cost: np.ndarray, start: np.ndarray
+) -> np.ndarray:
+    """Per row i: the cost of rows of the same identity at or after `start[i]` ms, up to
+    and including row i (rows sorted by identity, then time)."""
+    key = codes * 2**42 + ms
+    total = np.concatenate([[0], np.cumsum(cost)])
+    first = np.searchsorted(key, codes * 2**42 + start, side="left")
+    return total[np.arange(len(ms)) + 1] - total[first]
+
+
+def contract_measure(algorithm: str, decided: pd.DataFrame, limit: int, window_s: int) -> float:
+    """The most an algorithm's admissions reach of its own contract's bound (1.0 = at
+    the bound; above it = broken), over every identity of a replay (`CONTRACTS`)."""
+    name = algorithms.get(algorithm).name
+    codes, ms, cost = _sorted_admitted(decided)
+    if not len(ms):
+        return 0.0
+    window = int(seconds_to_ms(window_s)[0])
+    if name == "log":  # rolling window (t - W, t]
+        return float(_window_sums(codes, ms, cost, ms - window + 1).max()) / limit
+    if name == "fw":
+        return float(_window_sums(codes, ms, cost, (ms // window) * window).max()) / limit
+    if name == "swc":
+        start = (ms // window) * window
+        current = _window_sums(codes, ms, cost, start)
+        both = _window_sums(codes, ms, cost, start - window)
+        previous = both - current
+        estimate = previous * ((window - (ms - start)) / window) + current
+        return float(estimate.max()) / limit
+    # GCRA: admitted cost from row j to row i <= burst + (t_i - t_j) / interval
+    interval, burst = window / limit, limit
+    total = np.concatenate([[0], np.cumsum(cost)])
+    before = total[:-1] - ms / interval  # S_{j-1} - t_j / T
+    lowest = pd.Series(before).groupby(codes).cummin().to_numpy()
+    excess = total[1:] - ms / interval - lowest
+    return float(excess.max()) / burst
+
+
+def contracts(
+    replayed: Mapping[str, Mapping[str, pd.DataFrame]], limit: int = 10, window_s: int = 1
+) -> pd.DataFrame:
+    """Each algorithm judged by its own contract (`CONTRACTS`, GCRA at its default
+    burst = limit) on every trace: the contract, the worst share of its bound any
+    identity reached, and whether any admission broke it (beyond float rounding)."""
+    rows = []
+    for a in algorithms.NAMES:
+        worst = max(contract_measure(a, by[a], limit, window_s) for by in replayed.values())
+        rows.append(
+            {
+                "algorithm": LABELS[a],
+                "own contract": CONTRACTS[a],
+                "own contract: worst / bound": round(worst, 3),
+                "own contract: kept": bool(worst <= 1 + 1e-9),
+            }
+        )
+    return pd.DataFrame(rows).set_index("algorithm")
 
 
 # --- section 3: what one check costs Redis ----------------------------------------------
@@ -264,17 +377,22 @@ def decision_matrix(
     bytes_table: pd.DataFrame,
     replayed: Mapping[str, Mapping[str, pd.DataFrame]],
     limit: int = 10,
+    window_s: int = 1,
 ) -> pd.DataFrame:
-    """One row per algorithm: worst peak, worst false admits and rejects over the traces
-    (from `exactness`), bytes per key at `limit` and 1,000 (from `key_bytes`), and
-    script commands per check per path and on average over every replayed check."""
+    """One row per algorithm: whether it kept its own contract on every trace (from
+    `contracts`); separately, against the exact log, its worst rolling-window peak and
+    the worst share of decisions that differ from the log's (from `exactness`); bytes
+    per key at `limit` and 1,000 (from `key_bytes`); and script commands per check per
+    path and on average over every replayed check."""
     total_checks = sum(len(next(iter(by.values()))) for by in replayed.values())
     by_algorithm = table.groupby(level="algorithm", sort=False)
+    own = contracts(replayed, limit, window_s)
     matrix = pd.DataFrame(
         {
-            "worst peak / limit": by_algorithm["peak / limit"].max(),
-            "false admits, worst trace (%)": by_algorithm["false admits (%)"].max(),
-            "false rejects, worst trace (%)": by_algorithm["false rejects (%)"].max(),
+            "own contract: kept": own["own contract: kept"],
+            "vs exact log: worst peak / limit": by_algorithm["peak / limit"].max(),
+            f"{ADMITTED_NOT_LOG[:-4]}, worst trace (%)": by_algorithm[ADMITTED_NOT_LOG].max(),
+            f"{REFUSED_NOT_LOG[:-4]}, worst trace (%)": by_algorithm[REFUSED_NOT_LOG].max(),
             f"bytes per key, limit {limit:,}": bytes_table[f"limit {limit:,}"],
             "bytes per key, limit 1,000": bytes_table["limit 1,000"],
             "commands per check, admit / reject": [
@@ -301,7 +419,7 @@ def _peak_panel(ax: Any, table: pd.DataFrame) -> None:
     ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
     ax.set_xticks(x, list(peak.index), fontsize=8)
     ax.set_ylabel("busiest rolling second / limit")
-    ax.set_title("Most admitted in any rolling second (1.0 = exact)")
+    ax.set_title("Most admitted in any rolling second (the log's promise: 1.0)")
     ax.set_ylim(0, 2.3)
     ax.legend(fontsize=8, ncol=2, loc="upper left")
 
@@ -312,14 +430,12 @@ def _false_decision_panel(ax: Any, table: pd.DataFrame) -> None:
     others = [a for a in algorithms.NAMES if a != _LOG.name]  # the log is the yardstick
     for i, a in enumerate(others):
         rows = table.xs(LABELS[a], level="algorithm")
-        ax.bar(
-            x + (i - 1) * width, rows["false admits (%)"], width, color=COLORS[a], label=LABELS[a]
-        )
+        ax.bar(x + (i - 1) * width, rows[ADMITTED_NOT_LOG], width, color=COLORS[a], label=LABELS[a])
         ax.bar(
             x + (i - 1) * width,
-            rows["false rejects (%)"],
+            rows[REFUSED_NOT_LOG],
             width,
-            bottom=rows["false admits (%)"],
+            bottom=rows[ADMITTED_NOT_LOG],
             color=COLORS[a],
             alpha=0.45,
             hatch="//",
@@ -329,7 +445,8 @@ def _false_decision_panel(ax: Any, table: pd.DataFrame) -> None:
     ax.set_ylim(0, 55)
     ax.set_ylabel("share of all requests (%)")
     ax.set_title(
-        "Decided differently from the exact log\n(solid: false admits, hatched: false rejects)"
+        "Against the exact log, each on its own state\n"
+        "(solid: admitted, log refused; hatched: refused, log admitted)"
     )
     ax.legend(fontsize=8)
 
@@ -400,10 +517,65 @@ def matrix_figure(
 # --- section 5: the sliding-window counter at scale -------------------------------------
 
 _SWC = algorithms.get("swc")
-CLOUDFLARE_PERCENT = 0.003  # of 400 million requests, wrongly allowed or limited (2017)
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published figure, with where it was published."""
+
+    title: str
+    date: str
+    url: str
+    percent: float
+    requests: str
+    sources: str
+
+
+CLOUDFLARE = Published(
+    title="How we built rate limiting capable of scaling to millions of domains",
+    date="2017-06-07",
+    url="https://blog.cloudflare.com/counting-things-a-lot-of-different-things/",
+    percent=0.003,  # of the requests, wrongly allowed or wrongly rate limited
+    requests="400 million",
+    sources="270,000",
+)
+"""Cloudflare's post on the two-counter approximation, and the error it reported."""
+WRONG_VS_RATE = "wrong vs exact rate, same history (%)"  # Cloudflare's metric
+DIVERGED = "diverged from a real log (%)"  # two greedy limiters, each on its own state
 # Clients grouped by their mean rate, as multiples of the limit.
 _RATE_EDGES = [0, 0.1, 0.25, 0.5, 1, 2, 5, np.inf]
 _RATE_CLASSES = ["under 0.1x", "0.1-0.25x", "0.25-0.5x", "0.5-1x", "1-2x", "2-5x", "5x and more"]
+
+
+def exact_rate_errors(trace: pd.DataFrame, limit: int = 10, window_s: int = 1) -> pd.DataFrame:
+    """Cloudflare's metric, request by request: every request of `trace` counts (as
+    Cloudflare's counters count every request, admitted or not), and at each request
+    two rates are taken over that same history, this request included: the exact one,
+    the cost in the rolling window (t - W, t], and the approximation's, the previous
+    calendar window's cost x its unexpired share plus the current window's. A request
+    is wrongly allowed when the approximation is within the limit and the exact rate
+    is not, wrongly limited the other way round. No limiter state enters, so the two
+    rates can never drift apart. Returns `identity`, `exact`, `approx`,
+    `wrongly_allowed`, `wrongly_limited`, in the trace's row order."""
+    limit = validation.count("limit", limit)
+    window = int(seconds_to_ms(window_s)[0])
+    codes = pd.factorize(trace.identity)[0].astype(np.int64)
+    ms = seconds_to_ms(trace.time.to_numpy())
+    cost = trace.cost.to_numpy(dtype=np.int64) if "cost" in trace else np.ones(len(ms), np.int64)
+    order = np.lexsort((np.arange(len(ms)), ms, codes))
+    c, t, w = codes[order], ms[order], cost[order]
+    start = (t // window) * window
+    exact = _window_sums(c, t, w, t - window + 1)
+    current = _window_sums(c, t, w, start)
+    previous = _window_sums(c, t, w, start - window) - current
+    approx = previous * ((window - (t - start)) / window) + current
+    out = pd.DataFrame(
+        {"exact": exact, "approx": approx}, index=pd.Index(order, name="row")
+    ).sort_index()
+    out.insert(0, "identity", trace.identity.to_numpy())
+    out["wrongly_allowed"] = (out.approx <= limit) & (out.exact > limit)
+    out["wrongly_limited"] = (out.approx > limit) & (out.exact <= limit)
+    return out.reset_index(drop=True)
 
 
 def counter_per_rate(
@@ -413,13 +585,17 @@ def counter_per_rate(
     window_s: int = 1,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """One Poisson client at each multiple of the limit (seed + 10): how often the counter
-    decides differently from the exact log, what it admits in total, and its peak."""
+    """One Poisson client at each multiple of the limit (seed + 10), measured two ways:
+    Cloudflare's metric (`exact_rate_errors`: the approximation against the exact rate,
+    on the same history), and, a separate finding, how often the counter limiter
+    decides differently from a real sliding log once each runs on its own state; with
+    what the counter admits in total and its peak."""
     rows = []
     for multiple in rate_multiples:
         validation.positive("rate multiple", multiple)
         rate = multiple * (limit / window_s)
         trace = traffic.poisson(rate, requests_per_rate / rate, seed=seed + 10)
+        errors = exact_rate_errors(trace, limit, window_s)
         exact = replay_with(_LOG.name, trace, limit, window_s)
         approx = replay_with(_SWC.name, trace, limit, window_s)
         wrong = metrics.false_decisions(approx, exact)
@@ -427,10 +603,10 @@ def counter_per_rate(
             {
                 "rate (x limit)": multiple,
                 "requests": wrong["requests"],
-                "false admits (%)": 100 * wrong["false_admit_rate"],
-                "false rejects (%)": 100 * wrong["false_reject_rate"],
-                "decided differently (%)": 100
-                * (wrong["false_admit_rate"] + wrong["false_reject_rate"]),
+                "wrongly allowed (%)": 100 * errors.wrongly_allowed.mean(),
+                "wrongly limited (%)": 100 * errors.wrongly_limited.mean(),
+                WRONG_VS_RATE: 100 * (errors.wrongly_allowed | errors.wrongly_limited).mean(),
+                DIVERGED: 100 * (wrong["false_admit_rate"] + wrong["false_reject_rate"]),
                 "admitted, counter / log": approx.allowed.sum() / exact.allowed.sum(),
                 "peak / limit": metrics.overshoot(approx, limit, window_s),
             }
@@ -440,12 +616,13 @@ def counter_per_rate(
 
 @dataclass(frozen=True)
 class CounterOnFleet:
-    """The sliding-window counter against the exact log on one Zipf fleet."""
+    """The sliding-window counter on one Zipf fleet, by Cloudflare's metric and against
+    a real log."""
 
     requests: int
     clients: int
     busiest: float  # the busiest client's mean rate, x limit
-    wrong: dict[str, Any]  # `metrics.false_decisions` over the whole fleet
+    wrong: dict[str, Any]  # `metrics.false_decisions` over the whole fleet (divergence)
     by_rate: pd.DataFrame  # clients grouped by their rate, plus "all clients"
     class_rate: pd.Series  # each class's request-weighted mean rate, x limit
 
@@ -456,24 +633,56 @@ class CounterOnFleet:
             f"the busiest sends {self.busiest:.1f}x its limit."
         )
 
+    def findings(self) -> str:
+        """Both measures over the whole fleet, and where Cloudflare's metric errs."""
+        total = self.by_rate.loc["all clients"]
+        near = self.by_rate.loc[["0.5-1x", "1-2x"]]
+        wrong = near[WRONG_VS_RATE]
+        return (
+            f"Cloudflare's metric: {total[WRONG_VS_RATE]:.2f}% of all {self.requests / 1e6:.1f}M "
+            f"requests; {wrong.min():.1f}-{wrong.max():.1f}% of the requests of clients at "
+            f"0.5-2x their limit ({near['share of requests (%)'].sum():.0f}% of all requests). "
+            f"Published by Cloudflare for their traffic: {CLOUDFLARE.percent}%.\n"
+            f"Divergence from a real log: {total[DIVERGED]:.1f}% of all requests."
+        )
 
-def _per_client(fleet: pd.DataFrame, exact: pd.DataFrame, approx: pd.DataFrame) -> pd.DataFrame:
-    """Per client: requests, admitted by each, and the counter's false admits and rejects."""
+
+def _per_client(
+    fleet: pd.DataFrame, exact: pd.DataFrame, approx: pd.DataFrame, errors: pd.DataFrame
+) -> pd.DataFrame:
+    """Per client: requests, admitted by each limiter, their divergent decisions, and
+    Cloudflare's wrongly allowed and limited requests."""
     decisions = pd.DataFrame(
         {
             "identity": fleet.identity.to_numpy(),
             "log": exact.allowed.to_numpy(),
             "counter": approx.allowed.to_numpy(),
+            "wrongly_allowed": errors.wrongly_allowed.to_numpy(),
+            "wrongly_limited": errors.wrongly_limited.to_numpy(),
         }
     )
-    decisions["false admit"] = decisions["counter"] & ~decisions["log"]
-    decisions["false reject"] = ~decisions["counter"] & decisions["log"]
+    decisions["diverged"] = decisions["counter"] != decisions["log"]
     return decisions.groupby("identity").agg(
         requests=("log", "size"),
         log=("log", "sum"),
         counter=("counter", "sum"),
-        false_admits=("false admit", "sum"),
-        false_rejects=("false reject", "sum"),
+        diverged=("diverged", "sum"),
+        wrongly_allowed=("wrongly_allowed", "sum"),
+        wrongly_limited=("wrongly_limited", "sum"),
+    )
+
+
+def per_rate_findings(per_rate: pd.DataFrame) -> str:
+    """Two lines from `counter_per_rate`: where each measure peaks, and the admitted total."""
+    cf, diverged = per_rate[WRONG_VS_RATE], per_rate[DIVERGED]
+    ratio = per_rate["admitted, counter / log"]
+    low, high = per_rate.index.min(), per_rate.index.max()
+    return (
+        f"Cloudflare's metric: at most {cf.max():.1f}% of a client's requests, at "
+        f"{cf.idxmax():g}x its limit; {cf[low]:g}% at {low:g}x and {cf[high]:g}% at {high:g}x.\n"
+        f"Divergence: up to {diverged.max():.1f}%, at {diverged.idxmax():g}x; {diverged[high]:.1f}%"
+        f" at {high:g}x. The counter admits {100 * ratio.min():.0f}-{100 * ratio.max():.0f}% of "
+        "what the log admits."
     )
 
 
@@ -486,27 +695,30 @@ def counter_on_fleet(
     zipf_exponent: float = 1.1,
     seed: int = 0,
 ) -> CounterOnFleet:
-    """A Zipf fleet (seed + 20) replayed by the counter and the exact log, its clients
-    grouped by their mean rate relative to the limit."""
+    """A Zipf fleet (seed + 20), its clients grouped by their mean rate relative to the
+    limit: Cloudflare's metric on it, and the counter replayed beside the exact log."""
     fleet = traffic.zipf_fleet(clients, rate, duration_s, exponent=zipf_exponent, seed=seed + 20)
+    errors = exact_rate_errors(fleet, limit, window_s)
     exact = replay_with(_LOG.name, fleet, limit, window_s)
     approx = replay_with(_SWC.name, fleet, limit, window_s)
-    per_client = _per_client(fleet, exact, approx)
+    per_client = _per_client(fleet, exact, approx, errors)
     per_client["rate (x limit)"] = per_client.requests / duration_s / (limit / window_s)
     per_client["class"] = pd.cut(
         per_client["rate (x limit)"], _RATE_EDGES, right=False, labels=_RATE_CLASSES
     )
     grouped = per_client.groupby("class", observed=False)
-    sums = grouped[["requests", "log", "counter", "false_admits", "false_rejects"]].sum()
+    columns = ["requests", "log", "counter", "diverged", "wrongly_allowed", "wrongly_limited"]
+    sums = grouped[columns].sum()
     sums.loc["all clients"] = sums.sum()
-    wrong = sums.false_admits + sums.false_rejects
+    wrong = sums.wrongly_allowed + sums.wrongly_limited
     by_rate = pd.DataFrame(
         {
             "clients": [*grouped.size(), len(per_client)],
             "share of requests (%)": 100 * sums.requests / len(fleet),
-            "false admits (%)": 100 * sums.false_admits / sums.requests,
-            "false rejects (%)": 100 * sums.false_rejects / sums.requests,
-            "decided differently (%)": 100 * wrong / sums.requests,
+            "wrongly allowed (%)": 100 * sums.wrongly_allowed / sums.requests,
+            "wrongly limited (%)": 100 * sums.wrongly_limited / sums.requests,
+            WRONG_VS_RATE: 100 * wrong / sums.requests,
+            DIVERGED: 100 * sums.diverged / sums.requests,
             "admitted, counter / log": sums.counter / sums.log,
         },
         index=pd.Index(sums.index, name="client's rate"),
@@ -528,48 +740,53 @@ def counter_on_fleet(
 def counter_figure(
     per_rate: pd.DataFrame, fleet: CounterOnFleet, limit: int = 10, window_s: int = 1
 ) -> matplotlib.figure.Figure:
-    """Section 5's figure: share decided differently against the client's rate (single
-    clients, the fleet's classes, Cloudflare's figure), and the counter's admitted total."""
+    """Section 5's figure: left, Cloudflare's metric against the client's rate (single
+    clients, the fleet's classes, the published figure); right, the separate finding,
+    the share decided differently once the counter and a real log run on their own."""
     import matplotlib.pyplot as plt
 
     color = COLORS[_SWC.name]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    label = "one client at a fixed Poisson rate"
-    left.plot(
-        per_rate.index, per_rate["decided differently (%)"], marker="o", color=color, label=label
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    classes = fleet.by_rate.drop("all clients")
+    for ax, column in [(left, WRONG_VS_RATE), (right, DIVERGED)]:
+        ax.plot(
+            per_rate.index,
+            per_rate[column],
+            marker="o",
+            color=color,
+            label="one client at a fixed Poisson rate",
+        )
+        ax.scatter(
+            fleet.class_rate,
+            classes[column],
+            marker="s",
+            color="black",
+            zorder=3,
+            label="fleet, clients grouped by rate",
+        )
+        ax.axhline(
+            fleet.by_rate.loc["all clients", column],
+            color="grey",
+            linestyle=":",
+            label=f"this fleet, all {fleet.requests / 1e6:.1f}M requests",
+        )
+        ax.set_xscale("log")
+        ax.set_yscale("symlog", linthresh=1e-3)
+        ax.set_ylim(0, 100)
+        ax.set_xlabel("client's mean rate (multiple of the limit)")
+    published = f"Cloudflare ({CLOUDFLARE.date[:4]}): {CLOUDFLARE.percent}%, their traffic"
+    left.axhline(CLOUDFLARE.percent, color="tab:red", linestyle="--", linewidth=1, label=published)
+    left.set_ylabel("share of requests (%)")
+    left.set_title(
+        "Cloudflare's metric: wrongly allowed or limited\nvs the exact rate, same history"
     )
-    left.scatter(
-        fleet.class_rate,
-        fleet.by_rate["decided differently (%)"].drop("all clients"),
-        marker="s",
-        color="black",
-        zorder=3,
-        label="fleet, clients grouped by rate",
+    right.set_title(
+        "A separate finding: decided differently\nfrom a real log, each on its own state"
     )
-    cloudflare = f"Cloudflare (2017): {CLOUDFLARE_PERCENT}% of 400M requests"
-    left.axhline(CLOUDFLARE_PERCENT, color="tab:red", linestyle="--", linewidth=1, label=cloudflare)
-    left.axhline(
-        fleet.by_rate.loc["all clients", "decided differently (%)"],
-        color="grey",
-        linestyle=":",
-        label=f"this fleet, all {fleet.requests / 1e6:.1f}M requests",
-    )
-    left.set_xscale("log")
-    left.set_yscale("symlog", linthresh=1e-3)
-    left.set_ylim(0, 100)
-    left.set_xlabel("client's mean rate (multiple of the limit)")
-    left.set_ylabel("requests decided differently\nfrom the exact log (%)")
-    left.set_title("Sliding-window counter vs exact log")
     left.legend(fontsize=7, loc="lower right")
-
-    right.plot(per_rate.index, 100 * per_rate["admitted, counter / log"], marker="o", color=color)
-    right.axhline(100, color="black", linestyle=":", linewidth=1)
-    right.set_xscale("log")
-    right.set_xlabel("client's mean rate (multiple of the limit)")
-    right.set_ylabel("admitted by the counter\n(% of what the log admits)")
-    right.set_title("...but in total it admits about as many")
+    right.legend(fontsize=7, loc="lower right")
     fig.suptitle(
-        f"Sliding-window counter, limit {limit} per {window_s} s, Poisson traffic", fontsize=11
+        f"Sliding-window counter, limit {limit} per {window_s} s, Poisson clients", fontsize=11
     )
     fig.tight_layout()
     return fig
@@ -583,6 +800,19 @@ GEO_PROFILES: Mapping[str, Mapping[str, float]] = {
     "wide-area": {"median_radius_m": 800, "radius_sigma": 0.5},
 }
 """Section 6's clients: `traffic.geofence_mix` arguments by client name."""
+
+
+def cap_radius_m(
+    free_radius_m: float = GEOFENCE_FREE_RADIUS_M, max_cost: int = GEOFENCE_MAX_COST
+) -> float:
+    """The radius above which `geofence_cost` charges the cap: r with (r / free)^2 =
+    max_cost - 1, checked against the function itself on both sides."""
+    radius = free_radius_m * float(np.sqrt(max_cost - 1))
+    below = geofence_cost(radius, max_cost)
+    above = geofence_cost(float(np.nextafter(radius, np.inf)), max_cost)
+    if not below < max_cost == above:
+        raise AssertionError(f"geofence_cost does not reach its cap just above {radius} m")
+    return radius
 
 
 def geofence_traffic(
@@ -703,200 +933,5 @@ def geo_figure(table: pd.DataFrame, rate: float = 6) -> matplotlib.figure.Figure
     fig.suptitle(
         f"Geofence look-ups, {rate} per second per client: flat count vs cost by area", fontsize=11
     )
-    fig.tight_layout()
-    return fig
-
-
-# --- section 7: capacity planning -------------------------------------------------------
-
-US_PER_CHECK: Mapping[str, float] = {"log": 21.0, "fw": 7.0, "swc": 8.0, "gcra": 7.0}
-"""The chapter's REDIS_US_PER_CHECK: Redis CPU per script call, microseconds, by tag."""
-POLICY_SWEEP: Mapping[str, tuple[int, int]] = {
-    "10 per second": (10, 1),
-    "100 per minute": (100, 60),
-    "1,000 per hour": (1_000, 3_600),
-    "10,000 per day": (10_000, 86_400),
-}
-"""Section 7's policies swept at a fixed fleet: name -> (limit, window in seconds)."""
-FULL, STEADY = f"{_LOG.label}, keys full", f"{_LOG.label}, steady state"
-# Line styles of section 7's figure, by sizing label.
-_STYLES: Mapping[str, Mapping[str, Any]] = {
-    FULL: {"linewidth": 2.5},
-    STEADY: {"linestyle": "--"},
-    LABELS["fw"]: {"linewidth": 3, "alpha": 0.6},
-    LABELS["swc"]: {"linewidth": 1.5},
-    LABELS["gcra"]: {"linestyle": ":", "linewidth": 2},
-}
-# The figure's x axis: 241 fleet sizes, log-spaced from 10**3 to 10**8.
-_KEYS_AXIS = np.unique(np.geomspace(1e3, 1e8, 241).round().astype(int))
-
-
-def _sizings(limit: int, window_s: int, rate_per_key: float) -> dict[str, tuple[str, float]]:
-    """Entries per key, per way of sizing: {label: (algorithm, entries)}. The log is
-    sized twice, for full keys and for its steady state; the others hold O(1) state."""
-    steady = max(1.0, capacity.log_members(limit, rate_per_key, window_s))
-    sizings = {FULL: (_LOG.name, capacity.log_members(limit)), STEADY: (_LOG.name, steady)}
-    others = [a for a in algorithms.ALGORITHMS if a is not _LOG]
-    return sizings | {a.label: (a.name, float(limit)) for a in others}
-
-
-@dataclass(frozen=True)
-class Fleet:
-    """Section 7's question: a fleet of API keys under one limit policy, and the Redis
-    shard that serves it. The defaults are the chapter's. `active_keys` and `limit` may
-    come from a slider as floats: they are rounded to whole numbers."""
-
-    active_keys: float = 1_000_000  # keys holding limiter state (a request within a window)
-    rate_per_key: float = 0.05  # mean requests per second per active key
-    limit: float = 1_000  # requests ...
-    window_s: int = 3_600  # ... per window of this many seconds
-    us_per_check: Mapping[str, float] = field(default_factory=lambda: dict(US_PER_CHECK))
-    shard_memory_gib: float = 14  # data memory of one Redis
-    shard_checks_per_s: float = 50_000  # checks per second one Redis serves end to end
-    headroom: float = 0.5  # share of each shard's memory and throughput kept free
-    key_overhead_bytes: float = 64  # per-key bookkeeping MEMORY USAGE leaves out
-
-    @property
-    def keys(self) -> int:
-        return int(round(self.active_keys))
-
-    @property
-    def whole_limit(self) -> int:
-        return int(round(self.limit))
-
-
-def key_sizes(table: pd.DataFrame, fleet: Fleet) -> dict[str, tuple[str, float]]:
-    """Bytes of one key per way of sizing, from chapter 3's table: {label: (algorithm, bytes)}."""
-    return {
-        label: (a, capacity.bytes_per_key(table, a, entries))
-        for label, (a, entries) in _sizings(
-            fleet.whole_limit, fleet.window_s, fleet.rate_per_key
-        ).items()
-    }
-
-
-def plan(
-    algorithm: str, key_bytes: float, fleet: Fleet, active_keys: int | None = None
-) -> capacity.CapacityPlan:
-    """`capacity.plan_fleet` for one algorithm on `fleet`'s shards (for `active_keys`
-    keys instead of the fleet's own, when given)."""
-    return capacity.plan_fleet(
-        algorithm,
-        active_keys=fleet.keys if active_keys is None else active_keys,
-        rate_per_key=fleet.rate_per_key,
-        bytes_per_key=key_bytes,
-        us_per_check=fleet.us_per_check[algorithm],
-        shard_memory_bytes=fleet.shard_memory_gib * 2**30,
-        shard_checks_per_s=fleet.shard_checks_per_s,
-        headroom=fleet.headroom,
-        key_overhead_bytes=fleet.key_overhead_bytes,
-    )
-
-
-def fleet_plans(table: pd.DataFrame, fleet: Fleet) -> dict[str, capacity.CapacityPlan]:
-    """A `capacity.CapacityPlan` per way of sizing the keys of `fleet`."""
-    return {label: plan(a, size, fleet) for label, (a, size) in key_sizes(table, fleet).items()}
-
-
-def fleet_summary(fleet: Fleet) -> str:
-    """Two lines: the fleet's checks per second and its log keys, and one shard's size."""
-    limit = fleet.whole_limit
-    steady = _sizings(limit, fleet.window_s, fleet.rate_per_key)[STEADY][1]
-    checks = capacity.checks_per_second(fleet.keys, fleet.rate_per_key)
-    return (
-        f"{fleet.keys:,} active keys x {fleet.rate_per_key:g} requests/s = "
-        f"{checks:,.0f} checks/s; limit {limit:,} per {fleet.window_s:,} s; a steady-state "
-        f"log key holds {steady:,.0f} members, a full one {limit:,}.\n"
-        f"One shard: {fleet.shard_memory_gib} GiB, {fleet.shard_checks_per_s:,} checks/s, "
-        f"{fleet.headroom:.0%} kept free."
-    )
-
-
-def plan_table(plans: Mapping[str, capacity.CapacityPlan]) -> pd.DataFrame:
-    """Section 7's table: memory, checks, commands, CPU and shards per way of sizing."""
-    rows = plans.values()
-    return pd.DataFrame(
-        {
-            "bytes per key": [round(p.bytes_per_key) for p in rows],
-            "memory": [format_bytes(p.memory_bytes) for p in rows],
-            "checks/s": [round(p.checks_per_s) for p in rows],
-            "script commands/s": [round(p.commands_per_s) for p in rows],
-            "Redis CPU (cores)": [round(p.redis_cpu_cores, 2) for p in rows],
-            "shards for memory": [p.shards_for_memory for p in rows],
-            "shards for checks": [p.shards_for_checks for p in rows],
-            "shards": [p.shards for p in rows],
-            "keys one Redis carries": [p.keys_per_shard for p in rows],
-        },
-        index=pd.Index(list(plans), name="sizing"),
-    )
-
-
-def policy_sweep(
-    table: pd.DataFrame,
-    fleet: Fleet,
-    policies: Mapping[str, tuple[int, int]] = POLICY_SWEEP,
-    shown: Iterable[str] = (FULL, STEADY, LABELS["swc"]),
-) -> pd.DataFrame:
-    """Memory and shards of the `shown` sizings under each policy, for the same fleet
-    (each policy replaces its `limit` and `window_s`)."""
-    rows = []
-    for policy, (limit, window_s) in policies.items():
-        plans = fleet_plans(table, replace(fleet, limit=limit, window_s=window_s))
-        row: dict[str, Any] = {"policy": policy}
-        for label in shown:
-            row[f"{label}: memory"] = format_bytes(plans[label].memory_bytes)
-            row[f"{label}: shards"] = plans[label].shards
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("policy")
-
-
-@parameters_of(Fleet, table=None, table_path="data/memory_per_key.csv")
-def figure(
-    *, table: pd.DataFrame | None, table_path: str | Path, **fleet_options: Any
-) -> matplotlib.figure.Figure:
-    """Redis shards needed against fleet size, one step line per algorithm and sizing.
-
-    Takes `Fleet`'s options: `active_keys` places the dotted marker, and the legend
-    gives each line's shards there. Each line's dot is the most keys one Redis
-    carries. `table` is a `memory.memory_table`; without it the table stored at
-    `table_path` (relative to the notebooks' folder) is read, once.
-    """
-    import matplotlib.pyplot as plt
-
-    fleet = Fleet(**fleet_options)
-    if table is None:
-        table = stored_table(str(table_path)).table
-    keys, limit, window_s = fleet.keys, fleet.whole_limit, fleet.window_s
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    for label, (a, size) in key_sizes(table, fleet).items():
-        shards = [plan(a, size, fleet, int(n)).shards for n in _KEYS_AXIS]
-        here = plan(a, size, fleet)
-        legend = f"{label}: {here.shards:,} shard{'s' if here.shards > 1 else ''}"
-        ax.step(_KEYS_AXIS, shards, where="post", color=COLORS[a], label=legend, **_STYLES[label])
-        ax.plot([here.keys_per_shard], [1], marker="o", color=COLORS[a])
-    ax.axvline(keys, color="grey", linestyle=":", linewidth=1)
-    ax.text(
-        keys / 1.15,
-        0.97,
-        f"{keys:,} keys\n(the legend's shards)",
-        transform=ax.get_xaxis_transform(),
-        fontsize=8,
-        color="grey",
-        ha="right",
-        va="top",
-    )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(_KEYS_AXIS[0], _KEYS_AXIS[-1])
-    ax.set_xlabel(f"active keys (each {fleet.rate_per_key:g} requests/s)")
-    ax.set_ylabel("Redis shards needed")
-    ax.set_title(
-        f"Shards for a limit of {limit:,} per {window_s:,} s "
-        f"({fleet.shard_memory_gib:g} GiB, {fleet.shard_checks_per_s:,.0f} checks/s per shard, "
-        f"{fleet.headroom:.0%} free)\ndots: the most keys one Redis carries",
-        fontsize=10,
-    )
-    ax.legend(fontsize=8)
-    ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
     return fig

@@ -1,26 +1,29 @@
-"""Chapter 4, atomicity and failure modes: the race, the duplicate member, the flushed
-script cache, the stopped and the frozen Redis, and the Explore figure.
+"""Chapter 4, atomicity and failure modes: the race (the classic recipe as separate
+commands and as one add-then-count MULTI/EXEC, against the Lua script), the steady client
+that MULTI/EXEC locks out, the duplicate member, the flushed script cache, the stopped and
+the frozen Redis, and the Explore figure.
 
     lab = atomicity_and_failures.Lab().start()       # the chapter's servers and clients
     race = await atomicity_and_failures.race_table(lab)
     ...
     await lab.aclose()                               # everything it started is stopped
 
-Where each section runs (`Lab`): the race and the members (sections 1-2) on `lab.race`,
-`REDIS_URL` else a private redis-server else the embedded fakeredis; the flushes,
-restarts, outages and freezes (sections 3-5) on `lab.target`, a private redis-server
-with an append-only file else fakeredis, never a shared Redis. Every key is written
-under the lab's own prefix and deleted by the function that wrote it.
+Where each section runs (`Lab`): the race, the steady client and the members (sections
+1-2) on `lab.race`, `REDIS_URL` else a private redis-server else the embedded fakeredis;
+the flushes, restarts, outages and freezes (sections 3-5) on `lab.target`, a private
+redis-server with an append-only file else fakeredis, never a shared Redis. Every key is
+written under the lab's own prefix and deleted by the function that wrote it.
 
-The Explore figure (`figure()`) does not talk to Redis. Its non-atomic side runs the
-classic recipe (`ratelimit.lab.classic.ClassicSlidingLog`) on a small in-memory
-stand-in for the embedded backend: the same sorted-set commands, each costing one turn
-of the event loop, as a round trip to fakeredis does. Its Lua side is the reference
-model (`ratelimit.lab.reference.SlidingWindowLimiter` through `ratelimit.lab.replay`),
-which the property tests hold to the script's decisions; a script runs whole, so the
-requests of a round are decided one after another. `embedded_counts()` runs the same
-race on the embedded fakeredis itself, and the notebook and tests check that both give
-the same counts.
+The Explore figure (`figure()`) does not talk to Redis. Its race runs the classic recipe
+(`ratelimit.lab.classic`: `ClassicSlidingLog` and `ClassicTransactionLog`) on a small
+in-memory stand-in for the embedded backend: the same sorted-set commands, each costing
+one turn of the event loop, as a round trip to fakeredis does (a MULTI/EXEC one turn in
+all). Its Lua side is the reference model (`ratelimit.lab.reference.SlidingWindowLimiter`
+through `ratelimit.lab.replay`), which the property tests hold to the script's
+decisions; a script runs whole, so the requests of a round are decided one after
+another. `embedded_counts()` runs the same race on the embedded fakeredis itself, and
+`steady_model()` is `steady_client()` without Redis; the notebook and tests check that
+each pair gives the same numbers.
 """
 
 from __future__ import annotations
@@ -53,14 +56,18 @@ from ratelimit.devtools.server import RedisServer
 from ratelimit.errors import RateLimiterUnavailable
 from ratelimit.http import decision_for, status_for
 from ratelimit.lab import backend, logs, metrics, reference
-from ratelimit.lab.classic import ClassicSlidingLog
+from ratelimit.lab.classic import ClassicSlidingLog, ClassicTransactionLog
 from ratelimit.lab.plotting import COLORS
 from ratelimit.lab.simulation import replay
 
 __all__ = [
+    "HEADLINE",
     "LUA",
+    "MULTI",
     "NON_ATOMIC",
     "POLICIES",
+    "SUMMARY",
+    "TITLE",
     "Disturbed",
     "Lab",
     "decisions_changed",
@@ -89,17 +96,49 @@ __all__ = [
     "replay_with_flushes",
     "restart_replays",
     "script_sha",
+    "steady_client",
+    "steady_clients",
+    "steady_figure",
+    "steady_model",
+    "steady_table",
+    "steady_times_ms",
+    "steady_windows",
     "thawed_checks",
     "ways",
 ]
 
+# The README's chapter-table cell and gallery text, filled from the chapter's records
+# (notebooks/data/records/04_atomicity_and_failures.json) by `ratelimit.lab.records`.
+TITLE = "Atomicity and failure modes"
+SUMMARY = (
+    "{concurrent} concurrent requests at limit {limit}: a non-atomic log "
+    "(`ratelimit.lab.classic`, wrong on purpose) over-admits, the script and an "
+    "add-then-count MULTI/EXEC admit exactly {atomic_race_admitted}, but MULTI/EXEC also "
+    "counts the requests it rejects, so a client that keeps sending {steady_rate} a second "
+    "gets {steady_multi_after_first} after its first second; duplicate members; SCRIPT FLUSH "
+    "and restarts mid-replay; raise / allow / deny while Redis is down"
+)
+HEADLINE = (
+    "{concurrent} requests at once against a limit of {limit}, {rounds} rounds: the "
+    "non-atomic log admits all {naive_embedded_admitted} every round on the embedded backend "
+    "(on a real Redis the count varies from run to run, over the limit in most rounds), the "
+    "Lua script and the add-then-count MULTI/EXEC exactly {atomic_race_admitted} every round. "
+    "But MULTI/EXEC records the requests it rejects too: a client that keeps sending "
+    "{steady_rate} a second gets {steady_multi_admitted} of its {steady_sent} requests "
+    "through in {steady_duration_s} s, {steady_multi_after_first} after the first second, "
+    "where the script admits {steady_lua_admitted}."
+)
+
 NON_ATOMIC = "non-atomic"
+MULTI = "MULTI/EXEC, add then count"
 LUA = "Lua script"
 POLICIES = ("raise", "allow", "deny")
 APPEND_ONLY = ("--appendonly", "yes")  # a restart keeps the data, loses only the scripts
 CLASSIC_MEMBERS = 'classic "<ms>:<counter>"'
 OUR_MEMBERS = "ours (picked by the script)"
-_COLORS = {NON_ATOMIC: "tab:orange", LUA: COLORS[algorithms.SLIDING_LOG.name]}
+_COLORS = {NON_ATOMIC: "tab:orange", LUA: COLORS[algorithms.SLIDING_LOG.name], MULTI: "tab:red"}
+# MULTI/EXEC admits exactly what the script admits in a race: drawn as an outline over it.
+_OUTLINED = {MULTI}
 
 
 # --- the chapter's servers and clients --------------------------------------------------
@@ -206,8 +245,8 @@ def _admitted(outcome: bool | Decision) -> bool:
 
 
 def _sync_check(limiter: Any) -> Callable[[str], Any]:
-    """The synchronous check: the classic recipe's `check_sync`, a `ratelimit.sync`
-    limiter's `check`."""
+    """The synchronous check: the classic recipe's `check_sync` (its MULTI/EXEC form's
+    too), a `ratelimit.sync` limiter's `check`."""
     return limiter.check_sync if isinstance(limiter, ClassicSlidingLog) else limiter.check
 
 
@@ -240,6 +279,15 @@ def race_threads(limiter: Any, client: Any, *, concurrency: int, rounds: int) ->
     return counts
 
 
+def _transaction_log(client: Any, window_s: float, limit: int, **kwargs: Any) -> Any:
+    """The MULTI/EXEC recipe with members unique within this process (a shared counter),
+    so that no two requests of a race can ever write one member: whatever it admits is
+    down to the transaction, not to a collision."""
+    return ClassicTransactionLog(
+        client, window_s, limit, suffix=itertools.count(1).__next__, **kwargs
+    )
+
+
 def ways(concurrency: int) -> tuple[str, str]:
     """The race's two ways of sending, as the tables and figures name them."""
     return "asyncio, one process", f"{concurrency} threads"
@@ -248,16 +296,19 @@ def ways(concurrency: int) -> tuple[str, str]:
 async def race_table(
     lab: Lab, *, concurrency: int = 50, limit: int = 10, window_s: float = 1, rounds: int = 100
 ) -> pd.DataFrame:
-    """One row per round (`way`, `limiter`, `round`, `admitted`): the classic recipe and
-    the Lua limiter on `lab.race`, from one asyncio process, then from threads."""
+    """One row per round (`way`, `limiter`, `round`, `admitted`): the classic recipe as
+    separate commands (`NON_ATOMIC`) and as one MULTI/EXEC (`MULTI`), and the Lua limiter,
+    on `lab.race`, from one asyncio process, then from threads."""
     pool = {"max_connections": 2 * concurrency}
     aclient, sclient = lab.async_client(lab.race, **pool), lab.sync_client(lab.race, **pool)
     asyncio_way, threads_way = ways(concurrency)
     a, t = f"{lab.prefix}:race:a", f"{lab.prefix}:race:t"
     runs = {
         (asyncio_way, NON_ATOMIC): ClassicSlidingLog(aclient, window_s, limit, prefix=a),
+        (asyncio_way, MULTI): _transaction_log(aclient, window_s, limit, prefix=a),
         (asyncio_way, LUA): ratelimit.SlidingWindowLimiter(aclient, window_s, limit, prefix=a),
         (threads_way, NON_ATOMIC): ClassicSlidingLog(sclient, window_s, limit, prefix=t),
+        (threads_way, MULTI): _transaction_log(sclient, window_s, limit, prefix=t),
         (threads_way, LUA): ratelimit.sync.SlidingWindowLimiter(sclient, window_s, limit, prefix=t),
     }
     rows = []
@@ -280,6 +331,24 @@ def race_summary(race: pd.DataFrame, *, limit: int) -> pd.DataFrame:
     return summary
 
 
+def _drawn(names: Any) -> list[str]:
+    """The limiters among `names`, in the order they are drawn (filled bars first)."""
+    present = set(names)
+    return [n for n in sorted(_COLORS, key=lambda n: n in _OUTLINED) if n in present]
+
+
+def _histogram(ax: Any, counts: Any, bins: np.ndarray, name: str) -> None:
+    """One limiter's rounds by requests admitted: filled bars, or an outline (`_OUTLINED`)
+    so that it stays visible over a filled bar of the same height."""
+    if name in _OUTLINED:
+        # Bars for the counts that occur only: a step histogram would also trace the axis.
+        seen = pd.Series(counts).value_counts().sort_index()
+        ax.bar(seen.index, seen.to_numpy(), width=1, fill=False, edgecolor=_COLORS[name],
+               linewidth=2, hatch="//", label=name)  # fmt: skip
+    else:
+        ax.hist(counts, bins=bins, color=_COLORS[name], alpha=0.8, label=name)
+
+
 def race_figure(
     race: pd.DataFrame, *, concurrency: int, limit: int, window_s: float, where: str
 ) -> Figure:
@@ -289,9 +358,9 @@ def race_figure(
     fig, axes = plt.subplots(1, len(way_names), figsize=(10, 4), sharey=True, squeeze=False)
     bins = np.arange(0, concurrency + 2) - 0.5  # one bin per whole count, 0 .. concurrency
     for ax, way in zip(axes[0], way_names, strict=True):
-        for name, color in _COLORS.items():
+        for name in _drawn(race.limiter):
             counts = race[(race.way == way) & (race.limiter == name)].admitted
-            ax.hist(counts, bins=bins, color=color, alpha=0.8, label=name)
+            _histogram(ax, counts, bins, name)
         ax.axvline(limit, color="black", linestyle=":", linewidth=1, label=f"limit ({limit})")
         ax.set_xlim(-0.5, concurrency + 0.5)
         ax.set_title(way)
@@ -302,6 +371,173 @@ def race_figure(
         f"{concurrency} concurrent requests at a limit of {limit} per {window_s:g} s, "
         f"{rounds} rounds, on {where}"
     )
+    fig.tight_layout()
+    return fig
+
+
+# --- section 1, continued: MULTI/EXEC counts what it rejects -----------------------------
+
+STEADY_START_S = 1_796_000_000.0  # the steady client's virtual clock starts here
+STEADY = (LUA, MULTI)  # the limiters the steady client is decided by
+
+
+def steady_times_ms(rate: float, duration_s: float) -> np.ndarray:
+    """When a client that sends `rate` requests a second, evenly spaced, sends them
+    during `duration_s` seconds: whole ms from its start."""
+    if rate <= 0 or duration_s <= 0:
+        raise ValueError(f"rate and duration_s must be positive, not {rate!r}, {duration_s!r}")
+    n = int(np.floor(rate * duration_s + 1e-9))
+    return np.floor(np.arange(n) * 1000 / rate + 1e-9).astype(np.int64)
+
+
+def _stamp_s(ms: int) -> float:
+    """A virtual time that the limiters read as exactly `ms` after the start: half a ms
+    past it, so that rounding in floats never moves it to the ms before."""
+    return STEADY_START_S + (ms + 0.5) / 1000
+
+
+def _steady_frame(times_ms: np.ndarray, admitted: Mapping[str, Sequence[bool]]) -> pd.DataFrame:
+    """One row per request and limiter: `t (ms)`, `limiter`, `admitted`."""
+    return pd.DataFrame(
+        [
+            {"t (ms)": int(t), "limiter": name, "admitted": bool(ok)}
+            for name in STEADY
+            for t, ok in zip(times_ms, admitted[name], strict=True)
+        ]
+    )
+
+
+async def steady_client(
+    client: Any,
+    *,
+    rate: float,
+    limit: int = 10,
+    window_s: float = 1,
+    duration_s: float = 10,
+    prefix: str = "steady",
+) -> pd.DataFrame:
+    """A client that sends `rate` requests a second, evenly spaced, for `duration_s`
+    seconds of virtual time, and keeps sending while it is rejected: each request decided
+    by the Lua limiter and by the MULTI/EXEC recipe (`STEADY`) on `client` (asyncio), one
+    request at a time, so there is no race. One row per request and limiter: `t (ms)`
+    from the start, `limiter`, `admitted`. The keys are deleted afterwards."""
+    clock = ManualClock(STEADY_START_S)
+    limiters = {
+        LUA: ratelimit.SlidingWindowLimiter(
+            client, window_s, limit, prefix=f"{prefix}:lua", clock=clock
+        ),
+        MULTI: _transaction_log(client, window_s, limit, prefix=f"{prefix}:multi", clock=clock),
+    }
+    times_ms, admitted = steady_times_ms(rate, duration_s), {name: [] for name in STEADY}
+    for ms in times_ms:
+        clock.set(_stamp_s(int(ms)))
+        for name, limiter in limiters.items():
+            admitted[name].append(_admitted(await limiter.check("steady")))
+    await client.delete(*(limiter.key_for("steady") for limiter in limiters.values()))
+    return _steady_frame(times_ms, admitted)
+
+
+async def steady_clients(
+    client: Any,
+    *,
+    rates: Sequence[float],
+    limit: int = 10,
+    window_s: float = 1,
+    duration_s: float = 10,
+    prefix: str = "steady",
+) -> dict[float, pd.DataFrame]:
+    """`steady_client` at each of `rates` (requests per second), one after another:
+    rate -> its decisions."""
+    return {
+        rate: await steady_client(
+            client, rate=rate, limit=limit, window_s=window_s, duration_s=duration_s,
+            prefix=f"{prefix}:{rate:g}",
+        )
+        for rate in rates
+    }  # fmt: skip
+
+
+def _add_then_count(times_ms: np.ndarray, limit: int, window_ms: int) -> list[bool]:
+    """The MULTI/EXEC recipe's decisions in memory: every request is recorded, then the
+    requests recorded in (t - window, t] are counted, this one included."""
+    recorded: list[int] = []
+    decisions = []
+    for t in times_ms:
+        recorded = [r for r in recorded if r > t - window_ms]
+        recorded.append(int(t))
+        decisions.append(len(recorded) <= limit)
+    return decisions
+
+
+def steady_model(
+    *, rate: float, limit: int = 10, window_s: float = 1, duration_s: float = 10
+) -> pd.DataFrame:
+    """`steady_client` without Redis: the Lua limiter's decisions from the reference
+    model, the MULTI/EXEC recipe's from `_add_then_count`."""
+    times_ms = steady_times_ms(rate, duration_s)
+    trace = pd.DataFrame(
+        {"time": [_stamp_s(int(t)) for t in times_ms], "identity": "steady", "cost": 1,
+         "replica": 0}
+    )  # fmt: skip
+    lua = replay(trace, reference.SlidingWindowLimiter(window_s, limit), progress=False)
+    window_ms = round(window_s * 1000)
+    admitted = {
+        LUA: lua.allowed.tolist(),
+        MULTI: _add_then_count(times_ms, limit, window_ms),
+    }
+    return _steady_frame(times_ms, admitted)
+
+
+def steady_windows(steady: pd.DataFrame, *, window_s: float) -> pd.DataFrame:
+    """`steady_client`'s requests admitted per window of the run (index `window`, from
+    0), one column per limiter."""
+    window = steady["t (ms)"] // round(window_s * 1000)
+    table = steady.assign(window=window).pivot_table(
+        index="window", columns="limiter", values="admitted", aggfunc="sum"
+    )
+    return table[list(STEADY)].astype(int).rename_axis(columns=None)
+
+
+def steady_table(
+    runs: Mapping[float, pd.DataFrame], *, limit: int, window_s: float
+) -> pd.DataFrame:
+    """One row per steady client (`runs`: rate in requests per second -> `steady_client`):
+    requests sent, the most the limit allows in the run, and per limiter the requests
+    admitted in all and after the first window."""
+    rows = {}
+    for rate, steady in runs.items():
+        per_window = steady_windows(steady, window_s=window_s)
+        row = {
+            "requests per second": rate,
+            "requests sent": int((steady.limiter == LUA).sum()),
+            "the limit allows (limit x windows)": limit * len(per_window),
+        }
+        for name in STEADY:
+            row[f"{name}: admitted"] = int(per_window[name].sum())
+            row[f"{name}: after the first window"] = int(per_window[name].iloc[1:].sum())
+        rows[f"{rate:g}/s"] = row
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("client")
+
+
+def _steady_axes(
+    ax: Any, per_window: pd.DataFrame, *, rate: float, limit: int, window_s: float
+) -> None:
+    """`steady_windows` on `ax`: requests admitted per window, one line per limiter."""
+    for name in STEADY:
+        ax.plot(per_window.index, per_window[name], marker="o", color=_COLORS[name], label=name)
+    ax.axhline(limit, color="black", linestyle=":", linewidth=1, label=f"limit ({limit})")
+    ax.set_ylim(-0.5, limit * 1.3 + 1)
+    ax.set_xlabel(f"window of the run ({window_s:g} s each)")
+    ax.set_ylabel("requests admitted in the window")
+    ax.set_title(f"A client sending {rate:g}/s, and retrying while rejected", fontsize=10)
+    ax.legend(loc="center right", fontsize=8)
+
+
+def steady_figure(steady: pd.DataFrame, *, rate: float, limit: int, window_s: float) -> Figure:
+    """`steady_client`'s requests admitted per window, per limiter, against the limit."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    _steady_axes(ax, steady_windows(steady, window_s=window_s), rate=rate, limit=limit,
+                 window_s=window_s)  # fmt: skip
     fig.tight_layout()
     return fig
 
@@ -667,36 +903,79 @@ async def delete_keys(limiters: Mapping[str, Any]) -> int:
 class _LoopStore:
     """Just the sorted-set commands the classic recipe sends, kept in dicts. Each
     command first yields to the event loop once, like a round trip to the embedded
-    fakeredis, so concurrent checks interleave the way they do there."""
+    fakeredis, so concurrent checks interleave the way they do there; a MULTI/EXEC
+    (`pipeline`) yields once and then runs all its commands together."""
 
     def __init__(self) -> None:
         self.sets: dict[str, dict[str, float]] = {}
 
-    async def zremrangebyscore(self, key: str, low: Any, high: float) -> int:
-        await asyncio.sleep(0)
+    def trim(self, key: str, high: float) -> int:
         members = self.sets.get(key, {})
         gone = [m for m, score in members.items() if score <= high]
         for m in gone:
             del members[m]
         return len(gone)
 
-    async def zcard(self, key: str) -> int:
-        await asyncio.sleep(0)
+    def count(self, key: str) -> int:
         return len(self.sets.get(key, {}))
 
-    async def zadd(self, key: str, mapping: dict[str, float]) -> int:
-        await asyncio.sleep(0)
+    def add(self, key: str, mapping: dict[str, float]) -> int:
         members = self.sets.setdefault(key, {})
         new = sum(m not in members for m in mapping)
         members.update(mapping)
         return new
 
+    def expire(self, key: str) -> bool:
+        return key in self.sets  # the replay is shorter than any window: nothing expires
+
+    async def zremrangebyscore(self, key: str, low: Any, high: float) -> int:
+        await asyncio.sleep(0)
+        return self.trim(key, high)
+
+    async def zcard(self, key: str) -> int:
+        await asyncio.sleep(0)
+        return self.count(key)
+
+    async def zadd(self, key: str, mapping: dict[str, float]) -> int:
+        await asyncio.sleep(0)
+        return self.add(key, mapping)
+
     async def pexpire(self, key: str, ms: int) -> bool:
-        await asyncio.sleep(0)  # the replay is shorter than any window: nothing expires
-        return key in self.sets
+        await asyncio.sleep(0)
+        return self.expire(key)
 
     async def delete(self, *keys: str) -> int:
         return sum(self.sets.pop(k, None) is not None for k in keys)
+
+    def pipeline(self, transaction: bool = True) -> _LoopTransaction:
+        if not transaction:
+            raise ValueError("the in-memory store only runs MULTI/EXEC transactions")
+        return _LoopTransaction(self)
+
+
+class _LoopTransaction:
+    """MULTI/EXEC on a `_LoopStore`: the commands are queued, and `execute` runs them
+    all in one turn of the event loop, with nothing in between."""
+
+    def __init__(self, store: _LoopStore) -> None:
+        self.store = store
+        self.queued: list[Callable[[], Any]] = []
+
+    def zremrangebyscore(self, key: str, low: Any, high: float) -> None:
+        self.queued.append(lambda: self.store.trim(key, high))
+
+    def zadd(self, key: str, mapping: dict[str, float]) -> None:
+        self.queued.append(lambda: self.store.add(key, mapping))
+
+    def zcard(self, key: str) -> None:
+        self.queued.append(lambda: self.store.count(key))
+
+    def pexpire(self, key: str, ms: int) -> None:
+        self.queued.append(lambda: self.store.expire(key))
+
+    async def execute(self) -> list[Any]:
+        await asyncio.sleep(0)
+        return [command() for command in self.queued]
 
 
 def _lua_model_counts(concurrency: int, limit: int, rounds: int, window_s: float) -> list[int]:
@@ -718,26 +997,35 @@ def _lua_model_counts(concurrency: int, limit: int, rounds: int, window_s: float
 def race_counts(
     *, concurrency: int = 50, limit: int = 10, rounds: int = 100, window_s: float = 1
 ) -> dict[str, list[int]]:
-    """Requests admitted in each round, per limiter (`NON_ATOMIC`, `LUA`), in memory."""
+    """Requests admitted in each round, per limiter (`NON_ATOMIC`, `MULTI`, `LUA`), in
+    memory."""
     store = _LoopStore()
     naive = ClassicSlidingLog(store, window_s, limit, prefix="explore:race")
+    multi = _transaction_log(store, window_s, limit, prefix="explore:race")
     lua = _lua_model_counts(concurrency, limit, rounds, window_s)
     # A notebook's kernel (and a slider's callback) already runs an event loop in this
     # thread, where asyncio.run is refused: run the race's own loop in a helper thread.
-    race = race_async(naive, store, concurrency=concurrency, rounds=rounds)
     with ThreadPoolExecutor(1) as helper:
-        return {NON_ATOMIC: helper.submit(asyncio.run, race).result(), LUA: lua}
+        counts = {
+            name: helper.submit(
+                asyncio.run, race_async(limiter, store, concurrency=concurrency, rounds=rounds)
+            ).result()
+            for name, limiter in ((NON_ATOMIC, naive), (MULTI, multi))
+        }
+    return {**counts, LUA: lua}
 
 
 async def embedded_counts(
     *, concurrency: int = 50, limit: int = 10, rounds: int = 100, window_s: float = 1
 ) -> dict[str, list[int]]:
-    """`race_counts` on the embedded fakeredis, with the classic recipe and the real
-    `ratelimit.SlidingWindowLimiter` (asyncio, one process); `REDIS_URL` is ignored."""
+    """`race_counts` on the embedded fakeredis, with the classic recipe (separate
+    commands, and MULTI/EXEC) and the real `ratelimit.SlidingWindowLimiter` (asyncio, one
+    process); `REDIS_URL` is ignored."""
     client = ratelimit.connect(embedded=True)
     prefix = "explore:race"
     limiters = {
         NON_ATOMIC: ClassicSlidingLog(client, window_s, limit, prefix=prefix),
+        MULTI: _transaction_log(client, window_s, limit, prefix=prefix),
         LUA: ratelimit.SlidingWindowLimiter(client, window_s, limit, prefix=prefix),
     }
     try:
@@ -750,26 +1038,39 @@ async def embedded_counts(
 
 
 def figure(
-    *, concurrency: int = 50, limit: int = 10, rounds: int = 100, window_s: float = 1
+    *,
+    concurrency: int = 50,
+    limit: int = 10,
+    rounds: int = 100,
+    window_s: float = 1,
+    rate_multiple: float = 2,
+    windows: int = 10,
 ) -> Figure:
-    """Histogram of the requests admitted per round, non-atomic log against the Lua
-    script, for `concurrency` requests sent at once against `limit` per `window_s`
-    seconds, `rounds` times, as on the embedded backend from one asyncio process."""
+    """The Explore figure, in memory. Left: histogram of the requests admitted per round
+    by the non-atomic log, the MULTI/EXEC recipe and the Lua script, for `concurrency`
+    requests sent at once against `limit` per `window_s` seconds, `rounds` times, as on
+    the embedded backend from one asyncio process (`race_counts`). Right: a client that
+    keeps sending `rate_multiple` times the limit for `windows` windows, admitted per
+    window by the script and by MULTI/EXEC (`steady_model`)."""
     counts = race_counts(concurrency=concurrency, limit=limit, rounds=rounds, window_s=window_s)
-    fig, ax = plt.subplots(figsize=(8, 4))
+    rate = rate_multiple * limit / window_s
+    steady = steady_model(rate=rate, limit=limit, window_s=window_s, duration_s=windows * window_s)
+    fig, (ax, right) = plt.subplots(1, 2, figsize=(12, 4.2), width_ratios=(3, 2))
     bins = np.arange(0, concurrency + 2) - 0.5  # one bin per whole count, 0 .. concurrency
-    for name, color in _COLORS.items():
-        ax.hist(counts[name], bins=bins, color=color, alpha=0.8, label=name)
+    for name in _drawn(counts):
+        _histogram(ax, counts[name], bins, name)
     ax.axvline(limit, color="black", linestyle=":", linewidth=1, label=f"limit ({limit})")
     ax.set_xlim(-0.5, concurrency + 0.5)
     ax.set_ylim(0, rounds * 1.1)
     ax.set_xlabel(f"requests admitted in one round (of {concurrency} sent at once)")
     ax.set_ylabel(f"rounds (of {rounds})")
     ax.set_title(
-        f"{concurrency} concurrent requests at a limit of {limit} per {window_s:g} s, "
+        f"{concurrency} concurrent requests at a limit of {limit} per {window_s:g} s,\n"
         f"{rounds} rounds, embedded backend (asyncio)",
         fontsize=10,
     )
     ax.legend(loc="upper center", fontsize=8)
+    _steady_axes(right, steady_windows(steady, window_s=window_s), rate=rate, limit=limit,
+                 window_s=window_s)  # fmt: skip
     fig.tight_layout()
     return fig

@@ -30,6 +30,22 @@ from ratelimit.lab.plotting import COLORS, parameters_of
 from ratelimit.lab.simulation import replay
 from ratelimit.lab.timebase import seconds_to_ms
 
+# The README's chapter-table cell and gallery text, filled from the chapter's records
+# (notebooks/data/records/01_boundary_burst.json) by `ratelimit.lab.records`.
+TITLE = "Boundary burst"
+SUMMARY = (
+    "a fixed window of {limit}/s lets a boundary attacker through with {attack_requests} "
+    "requests in {attack_span_ms} ms; the sliding log admits at most {log_attack_peak} in any "
+    "rolling second, and exactly {log_poisson_peak} at the busiest under Poisson traffic at "
+    "{rate_min}x-{rate_max}x the limit, where the fixed window reaches {fixed_poisson_peak}"
+)
+HEADLINE = (
+    "A client that sends {attack_burst} requests just before a {window_s} s window boundary "
+    "and {attack_burst} just after gets {fixed_attack_peak} through a fixed window of "
+    "{limit}/s ({fixed_attack_ratio}x the limit) within one rolling second; the sliding log, "
+    "the counter and GCRA admit {others_attack_peak}."
+)
+
 # The chapter's parameters (notebooks/01_boundary_burst.ipynb, its "parameters" cell).
 LIMIT = 10  # requests admitted per window
 WINDOW_S = 1  # window width, whole seconds

@@ -1,6 +1,12 @@
 """Chapter 2, clock skew: one client's requests, served in turn by replicas whose clocks
-are offset evenly over [-S, +S], limited by the exact sliding log on the application
-clock (each replica stamps with its own) or on the Redis clock (one clock for all).
+are offset evenly over [-S, +S] (so two replicas' clocks are up to 2S apart), limited by
+the exact sliding log on the application clock (each replica stamps with its own) or on
+the Redis clock (one clock for all); beside them, two fixed windows on the application
+clock: ours (one key per client) and the classic key per window (INCR + EXPIRE).
+
+S means the same everywhere in the chapter, its tables, figures and README text: the
+largest offset of a replica's clock from the true time, the offsets spread evenly over
+[-S, +S].
 
 Everything is measured against the true time of each request: the most admitted in any
 true rolling window, and how wrong the Retry-After advice is. `Setup` holds the
@@ -11,20 +17,23 @@ chapter's tables and figures.
     from ratelimit.lab.chapters import clock_skew
     from ratelimit.lab.plotting import explorer
     setup = clock_skew.Setup()                            # the chapter's parameters
-    table, decisions = clock_skew.sweep(setup)            # every skew, three limiters
+    table, decisions = clock_skew.sweep(setup)            # every skew, four limiters
     clock_skew.figure()                                   # the Explore figure
     explorer(clock_skew.figure, **clock_skew.SLIDERS)     # sliders, in JupyterLab
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from ratelimit import algorithms
 from ratelimit.decision import Decision
@@ -36,7 +45,36 @@ from ratelimit.lab.timebase import seconds_to_ms
 LOG, FIXED = algorithms.get("log"), algorithms.get("fw")
 APP_LABEL = f"{LOG.label}, app clock"
 REDIS_LABEL = f"{LOG.label}, Redis clock"
-FIXED_LABEL = f"{FIXED.label}, app clock (section 7)"
+FIXED_LABEL = f"{FIXED.label} (ours), app clock"
+CLASSIC_LABEL = f"{FIXED.label}, classic key per window (TTL {{ttl}} windows), app clock"
+SKEW_AXIS = "clock skew S (ms): replica clocks offset evenly over [-S, +S], up to 2S apart"
+
+# The README's texts for this chapter (`ratelimit.lab.records`): each field is a record
+# the notebook puts.
+TITLE = "Clock skew"
+SUMMARY = (
+    "replicas whose clocks are offset over [-S, +S] (up to 2S apart) let {peak_small_skew} "
+    "of a limit of {limit} into a true second at S = {small_skew_from_ms}-{small_skew_to_ms} "
+    "ms and {peak_large_skew} from {large_skew_from_ms} ms to {largest_skew_s} s, with "
+    "Retry-After off by {ratio_small_min}-{ratio_small_max} x S on average up to "
+    "{small_skew_to_ms} ms (late by up to {most_late_per_s}S); the Redis clock holds exactly "
+    "{peak_redis} at every S; fixed windows keep rejecting under skew, ours peaking at "
+    "{fixed_peak_max} and the classic key per window at {classic_peak_max}"
+)
+HEADLINE = (
+    "Three replicas whose clocks are offset evenly over [-S, +S] (up to 2S apart). On their "
+    "own clocks, {peak_small_skew} requests get into one true second at S = "
+    "{small_skew_from_ms}-{small_skew_to_ms} ms and {peak_large_skew} from "
+    "{large_skew_from_ms} ms to {largest_skew_s} s (limit {limit}); Retry-After is off by "
+    "{ratio_small_min}-{ratio_small_max} x S on average up to {small_skew_to_ms} ms and by at "
+    "most {ratio_max} x S on average at any S, single answers late by up to "
+    "{most_late_per_s}S. On Redis's clock: "
+    "exactly {peak_redis} and exact advice at every S. Fixed windows keep limiting under "
+    "skew: ours peaks at {fixed_peak_min}-{fixed_peak_max} in a true second (the boundary "
+    "burst is {burst_2x}), the classic key per window at {classic_peak_min}-"
+    "{classic_peak_max} while its keys outlive a window plus 2S; with a one-window TTL it "
+    "admits {classic_short_admitted} of all requests at S = {largest_skew_s} s."
+)
 
 # Slider abbreviations for `explorer` (ipywidgets: (min, max) or (min, max, step)).
 SLIDERS = {
@@ -49,6 +87,7 @@ SLIDERS = {
 # The sweep's error columns, and their short names in the chapter's table.
 ERROR_COLUMNS = {
     "app mean |error| (ms)": "mean |error|",
+    "app mean |error| / S": "mean |error| / S",
     "app error p5 (ms)": "p5",
     "app error p95 (ms)": "p95",
     "app most too early (ms)": "most early",
@@ -68,15 +107,22 @@ class Setup:
     replicas: int = 3  # replicas taking the client's requests in turn
     max_skew_ms: int = 2000  # the sweep's largest S
     skew_step_ms: int = 50  # the sweep's step in S
+    # Skews below the step, swept too: the range NTP keeps clocks in.
+    small_skews_ms: tuple[int, ...] = (1, 2, 5, 10, 15, 20, 25, 30, 40)
     rate: float = 30.0  # the client's mean requests per second (Poisson)
     duration_s: float = 120.0  # length of the trace, seconds
     seed: int = 7  # seed of the trace
+    classic_ttl_windows: int = 10  # the classic fixed window's key TTL, in windows
 
     def __post_init__(self) -> None:
         if self.skew_step_ms < 1:
             raise ValueError(f"skew_step_ms must be >= 1, got {self.skew_step_ms}")
         if self.max_skew_ms < 0:
             raise ValueError(f"max_skew_ms must be >= 0, got {self.max_skew_ms}")
+        if any(int(s) != s or s < 0 for s in self.small_skews_ms):
+            raise ValueError(f"small_skews_ms must be whole ms >= 0, got {self.small_skews_ms}")
+        if self.classic_ttl_windows < 1:
+            raise ValueError(f"classic_ttl_windows must be >= 1, got {self.classic_ttl_windows}")
 
     @property
     def window_s(self) -> float:
@@ -91,8 +137,11 @@ class Setup:
 
     @property
     def skews_ms(self) -> list[int]:
-        """The sweep's skews S: 0 to `max_skew_ms` in steps of `skew_step_ms`."""
-        return list(range(0, self.max_skew_ms + 1, self.skew_step_ms))
+        """The sweep's skews S: 0 to `max_skew_ms` in steps of `skew_step_ms`, plus the
+        `small_skews_ms` up to `max_skew_ms`, ascending."""
+        stepped = range(0, self.max_skew_ms + 1, self.skew_step_ms)
+        small = (int(s) for s in self.small_skews_ms if s <= self.max_skew_ms)
+        return sorted({*stepped, *small})
 
     def clocks(self, skew_ms: float) -> pd.DataFrame:
         """The replicas' clocks at skew S (`traffic.replica_clocks`): `replica`, `offset` (s)."""
@@ -120,6 +169,14 @@ class Setup:
         request is stamped at `time + clock_offset`, on the Redis clock at `time`."""
         return replay(self.trace(skew_ms), self.limiter(tag, clock), progress=False)
 
+    def replay_classic(self, skew_ms: float, ttl_windows: int | None = None) -> pd.DataFrame:
+        """The trace at skew S decided by `classic_fixed_window`, its keys living
+        `ttl_windows` windows (default `classic_ttl_windows`)."""
+        ttl = self.classic_ttl_windows if ttl_windows is None else ttl_windows
+        return classic_fixed_window(
+            self.trace(skew_ms), self.window_ms, self.limit, ttl * self.window_ms
+        )
+
     def peak(self, replayed: pd.DataFrame) -> int:
         """The most admitted in any true rolling window (t - W, t]."""
         return metrics.max_in_window(replayed.time[replayed.allowed], self.window_s)
@@ -131,6 +188,43 @@ class Setup:
     def offered(self) -> int:
         """The most requests offered in any true rolling window."""
         return metrics.max_in_window(self.trace(0).time, self.window_s)
+
+
+def classic_fixed_window(
+    trace: pd.DataFrame, window_ms: int, limit: int, ttl_ms: int
+) -> pd.DataFrame:
+    """The classic fixed window, one Redis key per client and window, in virtual time;
+    returns `trace` with `allowed` added.
+
+    Each request's replica names the key of the window its own clock is in,
+    `floor((time + clock_offset) * 1000 / window_ms)`, INCRBYs it by the request's `cost`
+    and, when that created the key, sets its TTL to `ttl_ms`; the request is admitted
+    while the count is within `limit` (rejected requests count too, as INCR-then-compare
+    counts them: a key over the limit stays over it). Redis expires keys on its own
+    clock, the true `time`: a key whose TTL ran out is gone, and the next INCRBY starts
+    it again. Requests are decided in true-time order, as `replay` decides them.
+    """
+    if ttl_ms < 1 or window_ms < 1:
+        raise ValueError(f"window_ms and ttl_ms must be >= 1, got {window_ms} and {ttl_ms}")
+    order = np.argsort(trace.time.to_numpy(dtype=float), kind="stable")
+    true_ms = seconds_to_ms(trace.time.to_numpy())[order].tolist()
+    stamps = trace.time + trace.get("clock_offset", 0.0)
+    numbers = (seconds_to_ms(stamps.to_numpy()) // window_ms)[order].tolist()
+    who = trace.identity.to_numpy(dtype=object)[order].tolist()
+    costs = trace.cost.to_numpy()[order].tolist()
+    keys: dict[tuple[Any, int], tuple[int, int]] = {}  # (identity, window) -> (count, expiry)
+    allowed = np.empty(len(trace), dtype=bool)
+    rows = zip(order.tolist(), true_ms, numbers, who, costs, strict=True)
+    for row, now, number, identity, cost in rows:
+        key = (identity, number)
+        count, expires = keys.get(key, (0, 0))
+        if count and expires <= now:  # expired: INCRBY starts a fresh key
+            count = 0
+        if count == 0:
+            expires = now + ttl_ms
+        keys[key] = (count + cost, expires)
+        allowed[row] = count + cost <= limit
+    return trace.assign(allowed=allowed)
 
 
 def clock_table(setup: Setup, skew_ms: float) -> pd.DataFrame:
@@ -176,7 +270,7 @@ def header_seconds(retry_after_ms: pd.Series) -> np.ndarray:
     return np.array([Decision(False, 1, 0, int(ms), 0).retry_after for ms in retry_after_ms])
 
 
-def _row(setup: Setup, skew_ms: int, app, one_clock, fixed) -> dict:
+def _row(setup: Setup, skew_ms: int, app, one_clock, fixed, classic) -> dict:
     """One skew's row of `sweep`."""
     app_error = setup.errors(app)
     advice_ms = app.retry_after_ms[app_error.index]
@@ -186,10 +280,16 @@ def _row(setup: Setup, skew_ms: int, app, one_clock, fixed) -> dict:
         "app peak": setup.peak(app),
         "Redis peak": setup.peak(one_clock),
         "fixed peak": setup.peak(fixed),
+        "classic peak": setup.peak(classic),
         "app rejected": int((~app.allowed).sum()),
         "Redis rejected": int((~one_clock.allowed).sum()),
         "fixed rejected": int((~fixed.allowed).sum()),
+        "classic rejected": int((~classic.allowed).sum()),
         "app mean |error| (ms)": round(float(app_error.abs().mean()), 1),
+        # The error's size per ms of skew (undefined without skew).
+        "app mean |error| / S": (
+            round(float(app_error.abs().mean()) / skew_ms, 3) if skew_ms else np.nan
+        ),
         "app error p5 (ms)": int(app_error.quantile(0.05, interpolation="nearest")),
         "app error p95 (ms)": int(app_error.quantile(0.95, interpolation="nearest")),
         "app most too early (ms)": int(app_error.min()),
@@ -202,7 +302,8 @@ def _row(setup: Setup, skew_ms: int, app, one_clock, fixed) -> dict:
 
 def sweep(setup: Setup) -> tuple[pd.DataFrame, dict[str, dict[int, pd.DataFrame]]]:
     """The trace replayed at every skew of `setup.skews_ms` by the sliding log on the app
-    clock and on the Redis clock, and by the fixed window on the app clock.
+    clock and on the Redis clock, and by two fixed windows on the app clock: ours
+    ("fixed") and the classic key per window ("classic", `Setup.replay_classic`).
 
     Returns the table (one row per S: peaks, rejections, Retry-After error summary) and
     the sliding log's decisions (`allowed`, `retry_after_ms`) per clock ("app",
@@ -214,7 +315,8 @@ def sweep(setup: Setup) -> tuple[pd.DataFrame, dict[str, dict[int, pd.DataFrame]
         app = setup.replay(skew_ms)
         one_clock = setup.replay(skew_ms, clock="redis")
         fixed = setup.replay(skew_ms, tag="fw")
-        rows.append(_row(setup, skew_ms, app, one_clock, fixed))
+        classic = setup.replay_classic(skew_ms)
+        rows.append(_row(setup, skew_ms, app, one_clock, fixed, classic))
         decisions["app"][skew_ms] = app[["allowed", "retry_after_ms"]]
         decisions["redis"][skew_ms] = one_clock[["allowed", "retry_after_ms"]]
     return pd.DataFrame(rows).set_index("S (ms)"), decisions
@@ -237,6 +339,61 @@ def error_table(table: pd.DataFrame) -> pd.DataFrame:
     return table[list(ERROR_COLUMNS)].rename(columns=ERROR_COLUMNS)
 
 
+def regimes(table: pd.DataFrame, small_to_ms: int) -> dict[str, float]:
+    """The app clock's curve in `sweep`'s table, in numbers: the peaks and the mean
+    Retry-After error per ms of skew over the small skews (0, `small_to_ms`], the
+    largest peak and the smallest S that reaches it, and over every S > 0 the range of
+    the mean error per ms of skew and the largest late error per ms of skew."""
+    skewed = table[table.index > 0]
+    small = skewed[skewed.index <= small_to_ms]
+    if small.empty or small_to_ms not in table.index:
+        raise ValueError(f"the sweep has no skew in (0, {small_to_ms}] ms ending at {small_to_ms}")
+    app_peak = table["app peak"]
+    ratio = skewed["app mean |error| / S"]
+    small_ratio = small["app mean |error| / S"]
+    return {
+        "small_skew_from_ms": int(small.index.min()),
+        "small_skew_to_ms": int(small_to_ms),
+        "peak_small_min": int(small["app peak"].min()),
+        "peak_small_max": int(small["app peak"].max()),
+        "ratio_small_min": float(small_ratio.min()),
+        "ratio_small_max": float(small_ratio.max()),
+        "peak_large": int(app_peak.max()),
+        "large_skew_from_ms": int(app_peak.index[app_peak == app_peak.max()].min()),
+        "ratio_min": float(ratio.min()),
+        "ratio_max": float(ratio.max()),
+        "most_late_per_s": float((skewed["app most too late (ms)"] / skewed.index).max()),
+    }
+
+
+def expiry_table(
+    setup: Setup, skews_ms: Iterable[int], ttl_windows: Iterable[int] = (1, 2, 10)
+) -> pd.DataFrame:
+    """The classic fixed window's rejections at each skew S for keys living each of
+    `ttl_windows` windows, beside W + 2S: from the first replica that opens a window to
+    the last one that leaves it (its clock 2S behind) takes up to a window plus 2S."""
+    skews = list(skews_ms)
+    table = pd.DataFrame(index=pd.Index(skews, name="S (ms)"))
+    table["W + 2S (ms)"] = [setup.window_ms + 2 * s for s in skews]
+    for n in ttl_windows:
+        rejected = [int((~setup.replay_classic(s, n).allowed).sum()) for s in skews]
+        table[f"rejected, TTL {n * setup.window_ms} ms"] = rejected
+    return table
+
+
+def _skew_axis(ax: Axes, skews: np.ndarray, steps: tuple[int, ...] = (1, 2, 5)) -> None:
+    """An x axis for S that shows the few ms NTP keeps clocks within as clearly as whole
+    seconds: linear up to 1 ms, logarithmic above, ticks at `steps` x powers of ten."""
+    right = max(int(skews.max()), 1)
+    ax.set_xscale("symlog", linthresh=1, linscale=0.5)
+    ticks = [m * 10**e for e in range(8) for m in steps]
+    ax.xaxis.set_major_locator(FixedLocator([0, *(t for t in ticks if t <= right)]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(0, right * 1.15)
+    ax.set_xlabel(f"{SKEW_AXIS}\n(linear up to 1 ms, logarithmic above)")
+
+
 def error_histogram(setup: Setup, skew_ms: float) -> Figure:
     """Each replica's Retry-After errors at skew S on the app clock, side by side."""
     app = setup.replay(skew_ms)
@@ -257,50 +414,62 @@ def error_histogram(setup: Setup, skew_ms: float) -> Figure:
 
 
 def peaks_figure(setup: Setup, table: pd.DataFrame) -> Figure:
-    """The most admitted in any true window vs the skew S (`sweep`'s peaks): app clock,
-    Redis clock and fixed window, against the limit, one limit per replica and all
-    that was offered."""
+    """The most admitted in any true window vs the skew S (`sweep`'s peaks): the sliding
+    log on the app clock and on the Redis clock, and the two fixed windows, against the
+    limit, twice the limit (a fixed window's boundary burst), one limit per replica and
+    all that was offered."""
     s = table.index.to_numpy()
     offered = setup.offered()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(8.5, 5))
     ax.plot(s, table["app peak"].to_numpy(), marker="o", markersize=3, label=APP_LABEL)
     ax.plot(s, table["Redis peak"].to_numpy(), marker="s", markersize=3, label=REDIS_LABEL)
     ax.plot(s, table["fixed peak"].to_numpy(), color="grey", linestyle="--", label=FIXED_LABEL)
+    ax.plot(
+        s,
+        table["classic peak"].to_numpy(),
+        color="tab:brown",
+        linestyle="-.",
+        label=CLASSIC_LABEL.format(ttl=setup.classic_ttl_windows),
+    )
     right = max(int(s.max()), 1)
     upper = setup.replicas * setup.limit
-    for level, text, color in (
-        (setup.limit, "limit", "black"),
-        (upper, f"{setup.replicas} x limit", "black"),
-        (offered, "everything offered", "grey"),
-    ):
+    levels = [
+        (setup.limit, "limit", "top"),
+        (2 * setup.limit, "2 x limit (boundary burst)", "bottom"),
+        (upper, f"{setup.replicas} x limit", "bottom"),
+        (offered, "everything offered", "bottom"),
+    ]
+    for level, text, va in levels:
+        color = "grey" if level == offered else "black"
         ax.axhline(level, color=color, linewidth=0.8, linestyle=":")
-        # The limit's label goes under its line: the app clock's curve runs just above it.
-        ax.text(right, level, text, ha="right", va="top" if level == setup.limit else "bottom")
+        # Labelled at a fifth of the width, where no curve crosses these lines; the
+        # limit's label goes under its line, which the app clock's curve runs just above.
+        where = ax.get_yaxis_transform()
+        ax.text(0.2, level, text, transform=where, ha="left", va=va, fontsize=8)
     if setup.replicas > 1 and setup.apart_ms <= right:
         ax.axvline(setup.apart_ms, color="grey", linewidth=0.8)
-        text = " neighbouring replicas\n a window apart"
-        ax.text(setup.apart_ms, (upper + offered) / 2, text, va="center", fontsize=8)
-    if s.max() == 0:  # a single skew: matplotlib would zoom onto it
-        ax.set_xlim(-0.05 * right, 1.05 * right)
+        text = "neighbouring\nreplicas a\nwindow apart "
+        ax.text(setup.apart_ms, 0.25 * setup.limit, text, ha="right", va="bottom", fontsize=8)
+    _skew_axis(ax, s)
     ax.set_title(
         f"Most admitted in any true {setup.window_ms} ms window vs clock skew "
         f"({setup.replicas} replicas)"
     )
-    ax.set_xlabel("clock skew S (ms): replica clocks offset evenly over [-S, +S]")
     ax.set_ylabel("admitted in one true window (requests)")
     ax.set_ylim(0, max(offered, upper) * 1.1)
-    # Upper left, under the highest dotted line: clear of the curves and the right-hand labels.
-    ax.legend(loc="upper left", bbox_to_anchor=(0.0, 0.88))
+    # Upper right, under the highest dotted line: clear of the curves and the labels.
+    ax.legend(loc="upper right", bbox_to_anchor=(1.0, 0.88), fontsize=8)
     fig.tight_layout()
     return fig
 
 
 def errors_figure(setup: Setup, table: pd.DataFrame) -> Figure:
-    """The app clock's Retry-After errors vs the skew S (`sweep`'s summary): full range,
-    5th to 95th percentile and mean size, beside the Redis clock's largest error."""
+    """The app clock's Retry-After errors vs the skew S (`sweep`'s summary). Left: full
+    range, 5th to 95th percentile and mean size, beside the Redis clock's largest error
+    and +-2S. Right: the mean size per ms of skew, and the largest late error per ms."""
     s = table.index.to_numpy()
     color = COLORS[LOG.name]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, (ax, per_ms) = plt.subplots(1, 2, figsize=(11, 4.8), width_ratios=(3, 2))
     bands = [
         ("app most too early (ms)", "app most too late (ms)", 0.15, "full range"),
         ("app error p5 (ms)", "app error p95 (ms)", 0.35, "5th to 95th percentile"),
@@ -321,13 +490,43 @@ def errors_figure(setup: Setup, table: pd.DataFrame) -> Figure:
     ax.axhline(
         -setup.window_ms, color="black", linestyle="--", linewidth=0.8, label="one window too early"
     )
-    ax.set_title(
-        f"Retry-After error vs clock skew (sliding log, {setup.limit} per {setup.window_ms} ms)"
-    )
-    ax.set_xlabel("clock skew S (ms): replica clocks offset evenly over [-S, +S]")
+    # Symmetric log on both axes: errors of 1 ms and of 4 s both show.
+    ax.set_yscale("symlog", linthresh=1, linscale=0.5)
+    top = 30 * max(s.max(), 1)
+    powers = [10**e for e in range(int(np.log10(top)) + 1)]
+    ax.yaxis.set_major_locator(FixedLocator([-p for p in powers[::-1]] + [0] + powers))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_ylim(-3 * setup.window_ms, top)
+    _skew_axis(ax, s)
+    ax.set_title(f"Retry-After error (sliding log, {setup.limit} per {setup.window_ms} ms)")
     ax.set_ylabel("advised minus true earliest retry (ms)")
-    ax.set_ylim(-1.5 * setup.window_ms, 2.1 * max(s.max(), 1))
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7)
+
+    skewed = table[table.index > 0]
+    ms = skewed.index.to_numpy()
+    per_ms.plot(
+        ms,
+        skewed["app mean |error| / S"],
+        color="navy",
+        marker="o",
+        markersize=3,
+        label="mean |error| / S",
+    )
+    per_ms.plot(
+        ms,
+        skewed["app most too late (ms)"] / ms,
+        color=color,
+        linestyle="--",
+        label="most late / S",
+    )
+    per_ms.axhline(1, color="grey", linestyle=":", linewidth=1)
+    _skew_axis(per_ms, s, steps=(1,))
+    per_ms.set_xlabel("clock skew S (ms), as on the left")
+    per_ms.set_ylim(0, 2.4)
+    per_ms.set_title("App clock's error per ms of skew")
+    per_ms.set_ylabel("error / S")
+    per_ms.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -7,14 +7,14 @@ every number is reproducible; section 6 runs it under uvicorn (`DemoServer`).
 Section 4's clients are closed loops: each next request depends on the previous
 answer, so they are not a trace that `ratelimit.lab.replay` could play back.
 `ClientLoop` is that loop, written once: one that retries 50 ms after every 429
-("hammers"), one that waits as long as `Retry-After` says, one that paces itself by
-`RateLimit-Policy`. `run_over_http` drives it against the demo app on a virtual clock;
-`simulate` drives it against the in-memory reference model of the sliding log
-(`ratelimit.lab.reference`, held to the Lua script's decisions by the property tests),
-with the status and header fields the route's own code would send
-(`ratelimit.http.status_for`, `RateLimit.headers_for`). No Redis, no app, no event
-loop: a 30 s run takes milliseconds, and the chapter checks that its counts equal the
-app's.
+("hammers"), one that waits as long as `Retry-After` says (whole seconds), one that
+waits as long as `Retry-After-Ms` says, one that paces itself by `RateLimit-Policy`.
+`run_over_http` drives it against the demo app on a virtual clock; `simulate` drives
+it against the in-memory reference model of the sliding log (`ratelimit.lab.reference`,
+held to the Lua script's decisions by the property tests), with the status and header
+fields the route's own code would send (`ratelimit.http.status_for`,
+`RateLimit.headers_for`). No Redis, no app, no event loop: a 30 s run takes
+milliseconds, and the chapter checks that its counts equal the app's.
 
     from ratelimit.lab.chapters import http_route
     from ratelimit.lab.plotting import explorer
@@ -25,7 +25,10 @@ app's.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,12 +37,13 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from ratelimit import algorithms, connect
+from ratelimit import __main__ as command_line
+from ratelimit import algorithms, connect, keys
 from ratelimit.clock import ManualClock
 from ratelimit.costs import GEOFENCE_MAX_COST, geofence_cost
 from ratelimit.devtools.demo_server import DemoServer
 from ratelimit.devtools.process import free_port, pid_alive, port_is_free
-from ratelimit.http import rate_limit, status_for
+from ratelimit.http import DRAFT, RETRY_AFTER_MS_HEADER, rate_limit, status_for
 from ratelimit.lab.plotting import parameters_of
 
 if TYPE_CHECKING:
@@ -56,10 +60,13 @@ __all__ = [
     "clients_figure",
     "cost_sequence",
     "cost_table",
+    "cost_thresholds",
     "demo_app",
+    "effective_window_example",
     "figure",
     "headers_table",
     "in_process",
+    "key_from_the_command_line",
     "key_state",
     "look_ups",
     "look_ups_over_http",
@@ -70,6 +77,8 @@ __all__ = [
     "simulate",
     "start_server",
     "stop_server",
+    "seed_check",
+    "shown",
     "summary",
     "units_in_window",
     "verification_table",
@@ -84,6 +93,26 @@ DURATION_S = 10  # virtual seconds each client of section 4 runs
 LATENCY_MS = 20  # virtual round trip of one request, ms
 HAMMER_RETRY_MS = 50  # the impatient client retries this soon after a 429
 
+# What the README says about this chapter (`ratelimit.lab.records`): format strings whose
+# fields are the notebook's record names.
+TITLE = "The HTTP route"
+SUMMARY = (
+    "the limiter as a FastAPI dependency: {seed_admitted} look-ups answered 200, the next "
+    "{seed_refused} 429, and the Redis key behind them (`python -m ratelimit key`); every "
+    "header of " + DRAFT + " explained; cost-weighted geofences (cost {max_cost} above "
+    "{max_cost_above_km} km); clients that hammer, honour Retry-After or Retry-After-Ms, or "
+    "pace themselves; fail-open / fail-closed; and a real uvicorn server"
+)
+HEADLINE = (
+    "Over {duration_s} s at {limit} look-ups per second, a client that retries "
+    "{hammer_retry_ms} ms after every 429 gets {hammer_admitted} look-ups with "
+    "{hammer_refused} of its {hammer_requests} requests refused; one that honours the "
+    "whole-second Retry-After gets {polite_admitted} ({polite_loss_pct} fewer); one that "
+    "waits the exact Retry-After-Ms gets {exact_admitted} and one paced by RateLimit-Policy "
+    "{paced_admitted}: hammering costs the server refusals and gains nothing over a client "
+    "that listens precisely."
+)
+
 CENTER = {"lng": 13.405, "lat": 52.52}  # the middle of the demo's seeded point set
 RADIUS_M = 500  # the look-up of sections 1, 4, 5 and 6: 500 m costs 1 unit
 SCOPE = "geofence"  # the /within route's policy name in the headers
@@ -92,27 +121,30 @@ COST_TABLE_RADII_M = [100, 500, 501, 750, 1000, 1250, 1500, 1600, 5000]
 
 HAMMERS = "hammers"
 HONOURS_RETRY_AFTER = "honours Retry-After"
+HONOURS_RETRY_AFTER_MS = "honours Retry-After-Ms"
 PACED = "paced by RateLimit-Policy"
-CLIENTS = [HAMMERS, HONOURS_RETRY_AFTER, PACED]
+CLIENTS = [HAMMERS, HONOURS_RETRY_AFTER, HONOURS_RETRY_AFTER_MS, PACED]
 """The client behaviours of the chapter's section 4, as the drop-down offers them."""
 
 # The Explore section's controls (ipywidgets abbreviations; a list is a drop-down).
 SLIDERS: dict[str, Any] = {"limit": (1, 50), "client": CLIENTS, "duration_s": (2, 30)}
 
-_CLIENT_COLORS = dict(zip(CLIENTS, ["tab:red", "tab:blue", "tab:green"], strict=True))
+_CLIENT_COLORS = dict(zip(CLIENTS, ["tab:red", "tab:blue", "tab:purple", "tab:green"], strict=True))
 _TITLES = {
     HAMMERS: "A client that retries {retry} ms after each 429",
     HONOURS_RETRY_AFTER: "A client that honours Retry-After",
+    HONOURS_RETRY_AFTER_MS: "A client that honours Retry-After-Ms",
     PACED: "A client paced by RateLimit-Policy",
 }
 
 HEADER_MEANINGS = {
     "RateLimit-Policy": "the rule: q units per window of w seconds, for the policy 'geofence'",
-    "RateLimit": "where the client stands: r units left, t seconds of effective window",
+    "RateLimit": "r units available; t, seconds until r grows (on a 429, = Retry-After)",
     "RateLimit-Limit": "older drafts: the quota (q)",
     "RateLimit-Remaining": "older drafts: units left (r)",
-    "RateLimit-Reset": "older drafts: seconds of effective window (t)",
+    "RateLimit-Reset": "older drafts: seconds until the whole quota is back",
     "Retry-After": "429 only: whole seconds, rounded up, until this request would be admitted",
+    RETRY_AFTER_MS_HEADER: "429 only: the same wait in milliseconds (not in any RFC)",
     "Content-Type": "the body: the look-up's JSON, or an RFC 9457 problem document",
 }
 """Section 2's header fields, in the order the table shows them, with what each says."""
@@ -188,12 +220,80 @@ async def key_state(app: Any, api_key: str) -> tuple[str, int, int]:
     return key, int(await redis.zcard(key)), int(await redis.pttl(key))
 
 
+def key_from_the_command_line(argv: Sequence[str]) -> str:
+    """What `python -m ratelimit ARGV...` prints, run in this process."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = command_line.main(list(argv))
+    if status != 0:
+        raise RuntimeError(f"python -m ratelimit {' '.join(argv)} exited with {status}")
+    return out.getvalue().strip()
+
+
+async def seed_check(app: Any, api_key: str, prefix: str = "demo") -> dict[str, Any]:
+    """The README's check after the look-ups, as a reader runs it: the key from the
+    command line (`python -m ratelimit key API_KEY --scope geofence --prefix demo`),
+    the same from Python (`ratelimit.keys.route_key`), then `ZCARD` and `PTTL` on it."""
+    argv = ["key", api_key, "--scope", SCOPE, "--prefix", prefix]
+    key = key_from_the_command_line(argv)
+    redis = app.state.redis
+    return {
+        "command": "python -m ratelimit " + " ".join(argv),
+        "key": key,
+        "python": keys.route_key(api_key, scope=SCOPE, prefix=prefix),
+        "app": app.state.limits[SCOPE].key_for(api_key),
+        "bare": app.state.limits[SCOPE].limiter.key_for(api_key),
+        "ZCARD": int(await redis.zcard(key)),
+        "PTTL": int(await redis.pttl(key)),
+    }
+
+
+async def effective_window_example(
+    times_s: Sequence[float] = (0, 0, 0, 0, 0, 50, 50, 50, 50, 50, 50.5, 60, 60, 60, 60, 60, 60),
+    *,
+    limit: int = LIMIT,
+    window_s: int = 60,
+    api_key: str = "t-example",
+) -> pd.DataFrame:
+    """One client's look-ups at `times_s` (virtual seconds) against `limit` per `window_s`
+    on a fresh demo app: each one's status, `RateLimit` field and `Retry-After`. The
+    default is a minute's budget spent in two halves 50 s apart: what the first unit's
+    return, 60 s after the first look-ups, does to `r` and `t`."""
+    clock = ManualClock()
+    app = demo_app(clock=clock, limit=limit, window_s=window_s)
+    rows = []
+    async with in_process(app) as client:
+        for at_s in times_s:
+            clock.set(at_s)
+            r = await client.get("/within", params=within(RADIUS_M), headers={"x-api-key": api_key})
+            rows.append(
+                {
+                    "time (s)": at_s,
+                    "status": r.status_code,
+                    "RateLimit": r.headers["RateLimit"],
+                    "Retry-After": r.headers.get("Retry-After", ""),
+                }
+            )
+    return pd.DataFrame(rows, index=pd.RangeIndex(1, len(rows) + 1, name="request"))
+
+
+def shown(field: str, response: httpx.Response) -> str:
+    """A field's value as the chapter prints it ("" when absent). On the real clock,
+    `Retry-After-Ms` varies from run to run with how long the requests took: it shows as
+    the range it must lie in, 1 ms to Retry-After, or as itself when outside that."""
+    value = response.headers.get(field, "")
+    if field.lower() == RETRY_AFTER_MS_HEADER.lower() and value:
+        most = 1000 * int(response.headers["Retry-After"])
+        if 1 <= int(value) <= most:
+            return f"1..{most} (real time)"
+    return value
+
+
 def headers_table(responses: Mapping[str, httpx.Response]) -> pd.DataFrame:
-    """The fields of `HEADER_MEANINGS` in each response (one column per name), and
-    what each field means; a field a response lacks is empty."""
+    """The fields of `HEADER_MEANINGS` in each response (one column per name), as
+    `shown`, and what each field means; a field a response lacks is empty."""
     columns = {
-        name: [r.headers.get(field, "") for field in HEADER_MEANINGS]
-        for name, r in responses.items()
+        name: [shown(field, r) for field in HEADER_MEANINGS] for name, r in responses.items()
     }
     return pd.DataFrame(
         {**columns, "meaning": list(HEADER_MEANINGS.values())},
@@ -207,6 +307,23 @@ def headers_table(responses: Mapping[str, httpx.Response]) -> pd.DataFrame:
 def _max_cost(limit: int) -> int:
     # The demo caps a look-up's cost at the limit, so that every look-up can pass.
     return min(GEOFENCE_MAX_COST, limit)
+
+
+def cost_thresholds(max_cost: int = GEOFENCE_MAX_COST) -> pd.DataFrame:
+    """For each cost from 2 to `max_cost`, the radius above which a look-up costs that
+    much: found by bisection on `ratelimit.costs.geofence_cost` itself (to 1 mm), so it
+    is the function's answer, not a formula's."""
+    rows = []
+    for cost in range(2, max_cost + 1):
+        low, high = 0.0, 500.0 * math.sqrt(max_cost) + 1  # cost(low) < cost <= cost(high)
+        while high - low > 0.001:
+            middle = (low + high) / 2
+            if geofence_cost(middle, max_cost=max_cost) >= cost:
+                high = middle
+            else:
+                low = middle
+        rows.append({"cost (units)": cost, "from above (m)": round(low)})
+    return pd.DataFrame(rows).set_index("cost (units)")
 
 
 def cost_table(
@@ -383,6 +500,8 @@ class ClientLoop:
             return max(self.latency_ms, -(-policy["w"] * 1000 // policy["q"])), False  # ceil
         if status == 429 and self.client == HONOURS_RETRY_AFTER:
             return self.latency_ms + int(headers["Retry-After"]) * 1000, True
+        if status == 429 and self.client == HONOURS_RETRY_AFTER_MS:
+            return self.latency_ms + int(headers[RETRY_AFTER_MS_HEADER]), True
         if status == 429:
             return self.latency_ms + self.hammer_retry_ms, False
         return self.latency_ms, False
@@ -412,8 +531,9 @@ def simulate(
 
     Every request is a 500 m look-up (cost 1) against `limit` units per `window_s`
     seconds; each takes `latency_ms` of round trip. After a 429 the hammering client
-    retries `hammer_retry_ms` later, the polite one waits `Retry-After` seconds; the
-    paced one sends every `w / q` seconds of the `RateLimit-Policy` it was sent.
+    retries `hammer_retry_ms` later, the polite ones wait `Retry-After` seconds or
+    `Retry-After-Ms` milliseconds; the paced one sends every `w / q` seconds of the
+    `RateLimit-Policy` it was sent.
     """
     loop = ClientLoop(
         client, duration_s=duration_s, latency_ms=latency_ms, hammer_retry_ms=hammer_retry_ms
@@ -484,7 +604,9 @@ def clients_figure(
     limit's line (left), and requests sent, admitted and refused (right)."""
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(11.5, 4), gridspec_kw={"width_ratios": [3, 2.4]}
+    )
     for run in runs:
         ok = run.times_ms[run.admitted] / 1000
         left.step(
@@ -493,6 +615,9 @@ def clients_figure(
             where="post",
             color=_CLIENT_COLORS[run.client],
             label=run.client,
+            # Clients with the same count would hide each other: the hammering one dashed.
+            linestyle="--" if run.client == HAMMERS else "-",
+            zorder=3 if run.client == HAMMERS else 2,
         )
     _limit_line(left, limit=limit, window_s=window_s, duration_s=duration_s)
     left.set_xlabel("virtual time (s)")
@@ -509,7 +634,7 @@ def clients_figure(
         color="tab:red",
         label="refused (429)",
     )
-    right.set_xticks(x, ["\n".join(run.client.rsplit(" ", 1)) for run in runs], fontsize=8)
+    right.set_xticks(x, ["\n".join(run.client.rsplit(" ", 1)) for run in runs], fontsize=7.5)
     right.set_ylabel("requests sent")
     right.set_title(f"Requests sent in {duration_s} s")
     right.legend(fontsize=8)
@@ -599,11 +724,12 @@ async def look_ups_over_http(
 
 def as_sent(response: httpx.Response) -> str:
     """The response as it came over the wire: status line, header fields (less date,
-    server and content-length, which vary from run to run) and its JSON body, indented."""
+    server and content-length, which vary from run to run; each as `shown`) and its JSON
+    body, indented."""
     lines = [f"HTTP/1.1 {response.status_code} {response.reason_phrase}"]
-    for name, value in response.headers.raw:
+    for name, _ in response.headers.raw:
         if name.decode().lower() not in ("date", "server", "content-length"):
-            lines.append(f"{name.decode()}: {value.decode()}")
+            lines.append(f"{name.decode()}: {shown(name.decode(), response)}")
     return "\n".join([*lines, "", json.dumps(response.json(), indent=2)])
 
 

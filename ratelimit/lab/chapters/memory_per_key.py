@@ -19,6 +19,12 @@ limiter, then counted while real time passes.
 
 `figure` (the Explore section) reads the stored table: no Redis is needed, and the
 figure is the same on every machine.
+
+The numbers the chapter's text and the README quote (`quotes`) are read from the stored
+table too, so a run on another server cannot change them; they come from the server
+the table names in its `redis_version` column. `TITLE`, `SUMMARY`, `HEADLINE` and
+`README_BLOCKS` are the README's parts, filled from those records by
+`ratelimit.lab.records`.
 """
 
 from __future__ import annotations
@@ -44,8 +50,14 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "CONCLUSION",
+    "HEADLINE",
     "O1",
+    "README_BLOCKS",
     "SERIES",
+    "SUMMARY",
+    "TITLE",
+    "Quote",
     "SLIDERS",
     "STORAGES",
     "STORED_TABLE",
@@ -55,6 +67,7 @@ __all__ = [
     "encodings_table",
     "figure",
     "fleet_table",
+    "fleet_totals",
     "headline",
     "headline_table",
     "key_size_figure",
@@ -64,11 +77,13 @@ __all__ = [
     "measure",
     "member_format_figure",
     "o1_table",
+    "quotes",
     "same_decisions",
     "series",
     "series_name",
     "storage_figure",
     "storage_table",
+    "table_version",
     "threshold_figure",
 ]
 
@@ -81,6 +96,110 @@ STORAGE_LIMITS = [10, 128, 129, 1_000, 10_000, 100_000]  # section 5's table row
 LEAK_CLIENTS = 300  # one-shot clients in section 8
 LEAK_WINDOW_MS = 200  # our limiter's window in section 8 (the TTL it sets)
 LEAK_WAIT_S = 0.6  # real time to wait before counting what is left
+
+# What the text and the README quote: a fleet of this many full keys at this limit,
+# and bytes per member at a small limit, the listpack threshold and one above, the
+# fleet's limit and the largest limit.
+QUOTED_FLEET_KEYS = 10**7
+QUOTED_FLEET_LIMIT = 1_000
+QUOTED_SMALL_LIMIT = 10
+PER_MEMBER_FMT = ".1f"  # bytes per member or per admitted unit, wherever they are shown
+
+# The README's parts (`ratelimit.lab.records`): format strings whose fields are the
+# chapter's records, the numbers `quotes` returns plus section 5's `compare_requests`.
+TITLE = "Memory per key"
+SUMMARY = (
+    "`MEMORY USAGE` per key from limit {min_limit} to {max_limit} on Redis {redis_version}, "
+    "the listpack step at {listpack_threshold} (one member more: {step_factor} times the "
+    'bytes), our members vs the classic format, the compact log (`storage="compact"`), a '
+    "fleet table, and the leak without a TTL"
+)
+HEADLINE = (
+    "{fleet_keys} active keys, each full at limit {fleet_limit} (Redis {redis_version}): "
+    "{fleet_ours} as a sliding log in a sorted set ({fleet_classic} with classic members), "
+    '{fleet_compact} as the compact log (`storage="compact"`, {compact_per_unit_fleet} '
+    "bytes per admitted unit, the same decisions on all {compare_requests} requests of a "
+    "replayed trace), and {fleet_o1_min} to {fleet_o1_max} for the fixed window, counter or "
+    "GCRA."
+)
+# The chapter's conclusion (rendered in the notebook from its records, like the README's
+# parts, so that a refresh on noisy measurements cannot leave the text behind).
+CONCLUSION = """\
+On Redis {redis_version}, the server the stored table was measured on:
+
+- **The sliding log costs memory in proportion to the limit.** Each admitted unit in the
+  window is one entry. As a sorted set past the listpack threshold that measured
+  {skiplist_min_per_member} to {skiplist_max_per_member} bytes per member from
+  {twice_threshold} members up, so one full key at a limit of {fleet_limit} holds
+  {key_ours_fleet}, and at {max_limit} {key_ours_max}.
+- **The compact log holds the same log in a few bytes per entry:**
+  {compact_per_unit_fleet} per admitted unit at {fleet_limit} entries and
+  {compact_per_unit_max} at {max_limit}, at most {compact_max_per_unit} from
+  {listpack_threshold} up. It keeps 6-byte entries in chunks of 63, one hash per key,
+  instead of a skiplist node, a hash-table entry and a string per member. That is at
+  least {compact_min_ratio} times less than the sorted set at every measured size past
+  the listpack threshold ({key_compact_max} for a full key at {max_limit}), with the
+  very same decisions. For {fleet_keys} active keys at limit {fleet_limit} it is
+  {fleet_compact} instead of {fleet_ours}. Below 16 entries neither wins throughout: at
+  1, 8 and 10 the sorted set's listpack is smaller (section 5).
+- **Limits up to the threshold are cheap for the sorted set.** Up to
+  `zset-max-listpack-entries` members ({listpack_threshold} on that server) the set is a
+  listpack, {ours_per_member_threshold} bytes per member at {listpack_threshold} with
+  our members. Going from {listpack_threshold} to {above_threshold} makes the key
+  {step_factor} times larger. If a limit near the threshold will do, keep it at or
+  below it (or raise the setting knowingly: listpack operations are linear in the
+  set's size), or use the compact log.
+- **The member format matters most inside a listpack.** Our 3-byte members take less
+  than half the space of `"<ms>:<counter>"` strings up to the threshold
+  ({ours_per_member_threshold} against {classic_per_member_threshold} bytes per member
+  at {listpack_threshold}); in a skiplist they save about a fifth
+  ({ours_per_member_fleet} against {classic_per_member_fleet} at {fleet_limit}).
+- **The O(1) algorithms cost {o1_min_bytes} to {o1_max_bytes} bytes per client at any
+  limit.** For {fleet_keys} active keys that is {fleet_o1_min} to {fleet_o1_max},
+  against {fleet_ours_small} for the sorted-set log at limit {small_limit} and
+  {fleet_ours} (sorted set) or {fleet_compact} (compact) at limit {fleet_limit}. Where
+  exactness at high limits is not needed, the sliding-window counter or GCRA is the
+  affordable choice.
+- **Set a TTL.** Without one, every client that ever sent a request keeps its key
+  forever. Our script refreshes the TTL to the window on every admitted request, so
+  memory follows the *active* clients, which is what the fleet table assumes.
+- **Measure on your server.** The byte counts are that one server's; section 1 lists
+  what to check on Redis before 7.0, Redis 8 or Valkey, and `make refresh` re-measures.
+"""
+README_BLOCKS = {
+    "member-sizes": """\
+| entries in one key | encoding | ours, bytes per member | classic `"<ms>:<perf_counter_ns>"` |
+| --- | --- | --- | --- |
+| {small_limit} | {encoding_small} | {ours_per_member_small} | {classic_per_member_small} |
+| {listpack_threshold} | {encoding_threshold} | {ours_per_member_threshold} \
+| {classic_per_member_threshold} |
+| {above_threshold} | {encoding_above} | {ours_per_member_above} | {classic_per_member_above} |
+| {fleet_limit} | {encoding_fleet} | {ours_per_member_fleet} | {classic_per_member_fleet} |
+| {max_limit} | {encoding_max} | {ours_per_member_max} | {classic_per_member_max} |
+
+Measured on Redis {redis_version}, whose `zset-max-listpack-entries` is {listpack_threshold}
+(chapter 3's stored table; chapter 3 says what to check on other versions and servers).
+At {above_threshold} entries the set has just become a skiplist, whose fixed cost (a hash
+table and the skiplist's header, about {skiplist_overhead} bytes: {ours_key_above} bytes minus \
+{above_threshold} x {ours_per_member_max})
+is still spread over few members; from {twice_threshold} entries up it measured between \
+{skiplist_min_per_member} and
+{skiplist_max_per_member} bytes per member.
+
+The O(1) algorithms hold one small key whatever the limit, as chapter 3 measures it:
+{fw_bytes} bytes (fixed window), {swc_bytes} (sliding-window counter, as its counts grow),
+{gcra_bytes} (GCRA).
+""",
+    "compact-sizes": """\
+`SlidingWindowLimiter(..., storage="compact")` keeps the same exact log, with the same
+decisions, in one hash of 6-byte entries (`ratelimit/lua/compact_log.lua`) instead of a
+sorted set: {compact_per_unit_threshold} bytes per admitted unit at {listpack_threshold} \
+entries, {compact_per_unit_fleet} at {fleet_limit} and
+{compact_per_unit_max} at {max_limit}, against {ours_per_member_threshold}, \
+{ours_per_member_fleet} and {ours_per_member_max} for the sorted set (chapter 3's stored
+measurements, Redis {redis_version}).
+""",
+}
 
 # The chapter's stored table: relative to the notebooks' folder (where the chapters run),
 # else found beside this package in a source checkout.
@@ -158,7 +277,7 @@ class Measurement:
 
     @property
     def version(self) -> str:
-        return str(self.table.redis_version.iloc[0])
+        return table_version(self.table)
 
     def report(self, where: str) -> str:
         """What was measured on which server (`where`, e.g. a backend's description)."""
@@ -214,12 +333,26 @@ def _threshold(table: pd.DataFrame) -> int:
     return int(table.listpack_threshold.iloc[0])
 
 
+def table_version(table: pd.DataFrame) -> str:
+    """The Redis version a measured table comes from (its `redis_version` column)."""
+    versions = sorted(set(table.redis_version))
+    if len(versions) != 1:
+        raise ValueError(f"the table mixes Redis versions {versions}")
+    return str(versions[0])
+
+
+def _per_member(values: pd.Series) -> pd.Series:
+    """Bytes per member (or per unit, or a ratio) as text, rounded as the README has it."""
+    return values.map(lambda v: format(float(v), PER_MEMBER_FMT))
+
+
 # --- tables -------------------------------------------------------------------------------
 
 
 def headline_table(table: pd.DataFrame, limits: Iterable[int] = HEADLINE_LIMITS) -> pd.DataFrame:
     """The sorted-set log's encoding and bytes per key and per member, ours and classic,
-    at `limits` plus the listpack threshold and one above (the rows, by limit)."""
+    at `limits` plus the listpack threshold and one above (the rows, by limit). Bytes
+    per member are shown as the README quotes them (`PER_MEMBER_FMT`)."""
     threshold = _threshold(table)
     rows = sorted({*limits, threshold, threshold + 1})
     ours, classic = series(table, "log", "script"), series(table, "log", "classic")
@@ -227,9 +360,9 @@ def headline_table(table: pd.DataFrame, limits: Iterable[int] = HEADLINE_LIMITS)
         {
             "encoding": ours.encoding,
             "ours: bytes per key": ours.bytes_per_key,
-            "ours: bytes per member": ours.bytes_per_entry,
+            "ours: bytes per member": _per_member(ours.bytes_per_entry),
             "classic: bytes per key": classic.bytes_per_key,
-            "classic: bytes per member": classic.bytes_per_entry,
+            "classic: bytes per member": _per_member(classic.bytes_per_entry),
         }
     ).loc[rows]
     summary.index.name = "limit"
@@ -259,16 +392,18 @@ def encodings_table(table: pd.DataFrame) -> pd.DataFrame:
 def storage_table(table: pd.DataFrame, limits: Iterable[int] = STORAGE_LIMITS) -> pd.DataFrame:
     """The exact log's two storages at `limits` (entries in one full key): each one's
     encoding and MEMORY USAGE per admitted unit, and how many times smaller the
-    compact log is."""
+    compact log is (all three as text, the way the README quotes them)."""
     rows = list(limits)
     sorted_set, compact = series(table, "log", "script"), series(table, "log", "compact")
     summary = pd.DataFrame(
         {
             "sorted set: encoding": sorted_set.encoding,
-            "sorted set: bytes per unit": sorted_set.bytes_per_entry,
+            "sorted set: bytes per unit": _per_member(sorted_set.bytes_per_entry),
             "compact: encoding": compact.encoding,
-            "compact: bytes per unit": compact.bytes_per_entry,
-            "sorted set / compact": (sorted_set.bytes_per_entry / compact.bytes_per_entry),
+            "compact: bytes per unit": _per_member(compact.bytes_per_entry),
+            "sorted set / compact": _per_member(
+                sorted_set.bytes_per_entry / compact.bytes_per_entry
+            ),
         }
     ).loc[rows]
     summary.index.name = "entries"
@@ -323,7 +458,7 @@ def key_size_figure(table: pd.DataFrame) -> Figure:
     ax.set_yscale("log")
     ax.set_xlabel("limit (entries per key; the log holds one entry per admitted unit)")
     ax.set_ylabel("MEMORY USAGE of one full key (bytes)")
-    ax.set_title(f"Memory of one full key against its limit (Redis {table.redis_version.iloc[0]})")
+    ax.set_title(f"Memory of one full key against its limit (Redis {table_version(table)})")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
     return fig
@@ -394,7 +529,7 @@ def storage_figure(table: pd.DataFrame) -> Figure:
     ax.set_ylim(2, None)
     ax.set_xlabel("entries in one key (admitted units in the window; a full key: the limit)")
     ax.set_ylabel("MEMORY USAGE per admitted unit (bytes)")
-    ax.set_title(f"The exact log's two storages (Redis {table.redis_version.iloc[0]})")
+    ax.set_title(f"The exact log's two storages (Redis {table_version(table)})")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
     return fig
@@ -545,30 +680,257 @@ def leak_figure(samples: pd.DataFrame, *, clients: int, window_ms: int) -> Figur
 # --- Explore ------------------------------------------------------------------------------
 
 
+def fleet_totals(
+    table: pd.DataFrame, active_keys: int = QUOTED_FLEET_KEYS, limit: int = QUOTED_FLEET_LIMIT
+) -> dict[tuple[str, str], int]:
+    """Each series' memory for `active_keys` full keys at `limit`, in bytes, in `SERIES`
+    order: what the Explore figure draws and the records quote (`memory.fleet_memory`)."""
+    fleet = memory.fleet_memory(table, [active_keys], [limit])
+    totals = fleet.set_index(["algorithm", "member_format"]).total_bytes
+    return {key: int(totals[key]) for key in SERIES}
+
+
 def headline(
     table: pd.DataFrame,
     *,
-    active_keys: int = 10**7,
-    limit: int = 1_000,
+    active_keys: int = QUOTED_FLEET_KEYS,
+    limit: int = QUOTED_FLEET_LIMIT,
     per_unit_at: Sequence[int] = (128, 1_000, 100_000),
 ) -> str:
     """The figures the gallery and the README quote, from `table` (the stored one in
     the chapter): each series' memory for `active_keys` full keys at `limit`, and the
     exact log's bytes per admitted unit in each storage at `per_unit_at` entries."""
-    fleet = memory.fleet_memory(table, [active_keys], [limit])
-    totals = fleet.set_index(["algorithm", "member_format"]).total_bytes
+    totals = fleet_totals(table, active_keys, limit)
     lines = [
-        f"{active_keys:,} active keys, each full at limit {limit:,} "
-        f"(Redis {table.redis_version.iloc[0]}):"
+        f"{active_keys:,} active keys, each full at limit {limit:,} (Redis {table_version(table)}):"
     ]
-    lines += [f"  {name}: {memory.format_bytes(int(totals[k]))}" for k, name in SERIES.items()]
+    lines += [f"  {name}: {memory.format_bytes(totals[k])}" for k, name in SERIES.items()]
     lines.append(
         "Bytes per admitted unit, " + ", ".join(f"{n:,}" for n in per_unit_at) + " entries:"
     )
     for storage, member_format in STORAGES.items():
         values = series(table, "log", member_format).bytes_per_entry[list(per_unit_at)]
-        lines.append(f"  {storage}: " + ", ".join(f"{v:.1f}" for v in values))
+        lines.append(f"  {storage}: " + ", ".join(_per_member(values)))
     return "\n".join(lines)
+
+
+# --- the numbers the chapter quotes -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Quote:
+    """One number the chapter's text or the README quotes: `records.Chapter.put`'s
+    arguments (`name`, `value`, quoted as `format(value, fmt)`, and what it is)."""
+
+    name: str
+    value: int | float | str
+    fmt: str
+    what: str
+
+
+def _bytes_range(sizes: pd.Series) -> str:
+    """ "72" when every key measured the same, else "104 to 120"."""
+    low, high = int(sizes.min()), int(sizes.max())
+    return f"{low}" if low == high else f"{low} to {high}"
+
+
+def quotes(table: pd.DataFrame) -> list[Quote]:
+    """Every number chapter 3's text and the README quote, from `table` (in the chapter
+    the stored one, so that every backend quotes the same): the server, the sweep and
+    the listpack step, bytes per member of both sorted sets at a few sizes, the
+    skiplist's fixed cost and range, the compact log's bytes per unit, the O(1) key
+    sizes, the fleet of `QUOTED_FLEET_KEYS` full keys at `QUOTED_FLEET_LIMIT`, and a
+    one-member classic key (section 8's leak)."""
+    threshold = _threshold(table)
+    ours, classic = series(table, "log", "script"), series(table, "log", "classic")
+    compact = series(table, "log", "compact")
+    max_limit = int(ours.index.max())
+    out = [
+        Quote(
+            "redis_version",
+            table_version(table),
+            "",
+            "Redis version the stored table was measured on",
+        ),
+        Quote("listpack_threshold", threshold, "d", "zset-max-listpack-entries of that server"),
+        Quote("above_threshold", threshold + 1, "d", "one member past the listpack threshold"),
+        Quote("twice_threshold", 2 * threshold, "d", "twice the listpack threshold"),
+        Quote("min_limit", int(ours.index.min()), ",d", "smallest limit measured"),
+        Quote("max_limit", max_limit, ",d", "largest limit measured"),
+        Quote("small_limit", QUOTED_SMALL_LIMIT, ",d", "the small limit quoted"),
+        Quote("fleet_limit", QUOTED_FLEET_LIMIT, ",d", "the limit of the quoted fleet"),
+        Quote("fleet_keys", QUOTED_FLEET_KEYS, ",d", "full keys in the quoted fleet"),
+        Quote(
+            "step_factor",
+            ours.bytes_per_key[threshold + 1] / ours.bytes_per_key[threshold],
+            ".1f",
+            "our sorted set's bytes one member past the threshold / at the threshold",
+        ),
+    ]
+    rows = {
+        "small": QUOTED_SMALL_LIMIT,
+        "threshold": threshold,
+        "above": threshold + 1,
+        "fleet": QUOTED_FLEET_LIMIT,
+        "max": max_limit,
+    }
+    for role, n in rows.items():
+        out += [
+            Quote(
+                f"encoding_{role}",
+                str(ours.encoding[n]),
+                "",
+                f"sorted-set encoding at {n:,} members",
+            ),
+            Quote(
+                f"ours_per_member_{role}",
+                float(ours.bytes_per_entry[n]),
+                PER_MEMBER_FMT,
+                f"bytes per member, our members, {n:,} members",
+            ),
+            Quote(
+                f"classic_per_member_{role}",
+                float(classic.bytes_per_entry[n]),
+                PER_MEMBER_FMT,
+                f"bytes per member, classic members, {n:,} members",
+            ),
+        ]
+    # The skiplist's fixed cost: the key one past the threshold, less its members at the
+    # largest key's per-member cost (rounded to 100 bytes: it is an estimate).
+    overhead = ours.bytes_per_key[threshold + 1] - (threshold + 1) * ours.bytes_per_entry[max_limit]
+    big = ours.bytes_per_entry[ours.index >= 2 * threshold]
+    out += [
+        Quote(
+            "ours_key_above",
+            int(ours.bytes_per_key[threshold + 1]),
+            ",d",
+            "our sorted set's bytes one past the threshold",
+        ),
+        Quote(
+            "skiplist_overhead",
+            int(round(overhead, -2)),
+            ",d",
+            "the skiplist's fixed cost, estimated",
+        ),
+        Quote(
+            "skiplist_min_per_member",
+            float(big.min()),
+            PER_MEMBER_FMT,
+            "least bytes per member, our skiplists from twice the threshold up",
+        ),
+        Quote(
+            "skiplist_max_per_member",
+            float(big.max()),
+            PER_MEMBER_FMT,
+            "most bytes per member, our skiplists from twice the threshold up",
+        ),
+    ]
+    for role in ("threshold", "fleet", "max"):
+        n = rows[role]
+        out.append(
+            Quote(
+                f"compact_per_unit_{role}",
+                float(compact.bytes_per_entry[n]),
+                PER_MEMBER_FMT,
+                f"bytes per admitted unit, compact log, {n:,} entries",
+            )
+        )
+    from_threshold = compact.bytes_per_entry[compact.index >= threshold]
+    skiplists = ours.index[ours.encoding == "skiplist"]
+    ratio = ours.bytes_per_entry[skiplists] / compact.bytes_per_entry[skiplists]
+    out += [
+        Quote(
+            "compact_max_per_unit",
+            float(from_threshold.max()),
+            PER_MEMBER_FMT,
+            "most bytes per unit, compact log, from the threshold up",
+        ),
+        Quote(
+            "compact_min_ratio",
+            float(ratio.min()),
+            PER_MEMBER_FMT,
+            "least sorted set / compact bytes, where the set is a skiplist",
+        ),
+    ]
+    o1_sizes = {a: series(table, a).bytes_per_key for a in O1}
+    out += [
+        Quote(f"{a}_bytes", _bytes_range(v), "", f"bytes per key, {SERIES[a, '']}")
+        for a, v in o1_sizes.items()
+    ]
+    out += [
+        Quote(
+            "o1_min_bytes", min(int(v.min()) for v in o1_sizes.values()), "d", "smallest O(1) key"
+        ),
+        Quote(
+            "o1_max_bytes", max(int(v.max()) for v in o1_sizes.values()), "d", "largest O(1) key"
+        ),
+    ]
+    totals = fleet_totals(table)
+    fleet_names = {
+        ("log", "script"): "ours",
+        ("log", "classic"): "classic",
+        ("log", "compact"): "compact",
+    }
+    out += [
+        Quote(
+            f"fleet_{role}",
+            memory.format_bytes(totals[key]),
+            "",
+            f"memory of the quoted fleet, {SERIES[key]}",
+        )
+        for key, role in fleet_names.items()
+    ]
+    o1_totals = [totals[a, ""] for a in O1]
+    out += [
+        Quote(
+            "fleet_o1_min",
+            memory.format_bytes(min(o1_totals)),
+            "",
+            "memory of the quoted fleet, smallest O(1)",
+        ),
+        Quote(
+            "fleet_o1_max",
+            memory.format_bytes(max(o1_totals)),
+            "",
+            "memory of the quoted fleet, largest O(1)",
+        ),
+        Quote(
+            "classic_key_one",
+            int(classic.bytes_per_key[1]),
+            "d",
+            "bytes of a one-member classic key",
+        ),
+        Quote(
+            "classic_key_one_million",
+            memory.format_bytes(10**6 * int(classic.bytes_per_key[1])),
+            "",
+            "a million one-member classic keys",
+        ),
+    ]
+    for role in ("fleet", "max"):
+        n = rows[role]
+        out += [
+            Quote(
+                f"key_{name}_{role}",
+                memory.format_bytes(int(log.bytes_per_key[n])),
+                "",
+                f"one full key at limit {n:,}, {SERIES['log', member_format]}",
+            )
+            for name, member_format, log in (
+                ("ours", "script", ours),
+                ("compact", "compact", compact),
+            )
+        ]
+    small = fleet_totals(table, QUOTED_FLEET_KEYS, QUOTED_SMALL_LIMIT)
+    out.append(
+        Quote(
+            "fleet_ours_small",
+            memory.format_bytes(small["log", "script"]),
+            "",
+            f"memory of the quoted fleet at limit {QUOTED_SMALL_LIMIT}, {SERIES['log', 'script']}",
+        )
+    )
+    return out
 
 
 @cache
@@ -634,15 +996,14 @@ def figure(
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     data = _table(table)
-    fleet = memory.fleet_memory(data, [active_keys], [limit])
-    totals = fleet.set_index(["algorithm", "member_format"]).total_bytes
-    version = data.redis_version.iloc[0]
+    totals = fleet_totals(data, active_keys, limit)
+    version = table_version(data)
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     names, heights, colors = [], [], []
     for (algorithm, member_format), name in SERIES.items():
         names.append(_bar_label(name))
-        heights.append(int(totals[algorithm, member_format]))
+        heights.append(totals[algorithm, member_format])
         colors.append(
             _O1_COLOR
             if algorithm != _LOG.name

@@ -1,0 +1,419 @@
+"""Chapter 5, section 7: how much Redis a fleet needs, from one traffic scenario and a
+measured server time per check.
+
+    from ratelimit.lab.chapters import capacity_planning as planning
+    server = planning.bench_server_time()                  # what `make bench` recorded
+    fleets = planning.scenarios(10**6, 0.05, 1_000, 3_600)  # steady state, every key full
+    plans = planning.plans(table, fleets, 1_000, 3_600, server, planning.Shard())
+    planning.plan_table(plans)
+    planning.figure()                                       # the chapter's figure
+
+A scenario (`capacity.Scenario`: keys, per-key rates, peak factor) is the one traffic
+assumption both the memory and the operations come from: a sliding-log key holds what
+that traffic puts in one window, and the same traffic makes the checks. Server time per
+check is never typed in: it is what the latest `make bench` recorded
+(`bench/record.json`), or what `capacity.measure_server_time` measures on the reader's
+Redis. Bytes per key come from chapter 3's stored table. Paths are relative to the
+notebooks' folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from ratelimit import algorithms
+
+from .. import capacity, memory
+from ..memory import format_bytes
+from ..plotting import COLORS, parameters_of
+
+if TYPE_CHECKING:
+    import matplotlib.figure
+
+__all__ = [
+    "BENCH_RECORD",
+    "FULL",
+    "LABELS",
+    "POLICY_SWEEP",
+    "STEADY",
+    "Fleet",
+    "Shard",
+    "bench_server_time",
+    "describe",
+    "findings",
+    "inputs",
+    "measure_and_replan",
+    "figure",
+    "plan_table",
+    "plans",
+    "policy_sweep",
+    "scenarios",
+    "shards_by_algorithm",
+    "span",
+    "summary",
+]
+
+LABELS: Mapping[str, str] = {a.name: a.label for a in algorithms.ALGORITHMS}
+BENCH_RECORD = "../bench/record.json"
+"""The record the latest `make bench` wrote, relative to the notebooks' folder."""
+STEADY, FULL = "steady state", "every key full"
+POLICY_SWEEP: Mapping[str, tuple[int, int]] = {
+    "10 per second": (10, 1),
+    "100 per minute": (100, 60),
+    "1,000 per hour": (1_000, 3_600),
+    "10,000 per day": (10_000, 86_400),
+}
+"""Policies swept at a fixed fleet: name -> (limit, window in seconds)."""
+# The figure's x axis: 121 fleet sizes, log-spaced from 10**3 to 10**8.
+_KEYS_AXIS = np.unique(np.geomspace(1e3, 1e8, 121).round().astype(int))
+
+
+@lru_cache(maxsize=4)
+def bench_server_time(path: str | Path = BENCH_RECORD) -> capacity.ServerTime:
+    """Server time per check from the record of the latest `make bench` (read once)."""
+    return capacity.server_time_from_bench(path)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One Redis of the cluster: its data memory, the share of memory and time kept
+    free, the per-key bookkeeping `MEMORY USAGE` leaves out, and optionally an
+    end-to-end ceiling in checks per second you measured (None: the server time per
+    check alone decides, one thread busy at most 100%)."""
+
+    memory_gib: float = 14
+    headroom: float = 0.5
+    key_overhead_bytes: float = 64
+    checks_per_s: float | None = None
+
+
+def scenarios(
+    active_keys: float,
+    rate_per_key: float,
+    limit: float,
+    window_s: float,
+    peak_factor: float = 1.0,
+) -> dict[str, capacity.Scenario]:
+    """The two scenarios the chapter plans for, by name: the steady state (every key at
+    `rate_per_key` mean, times `peak_factor`) and every key full (every key at the
+    least rate that fills its log, `limit` per `window_s`)."""
+    keys, whole_limit = int(round(active_keys)), int(round(limit))
+    return {
+        STEADY: capacity.Scenario.uniform(STEADY, keys, rate_per_key, peak_factor),
+        FULL: capacity.Scenario.every_key_full(FULL, keys, whole_limit, window_s),
+    }
+
+
+def inputs(
+    server_time: capacity.ServerTime,
+    named: Mapping[str, capacity.Scenario],
+    limit: int,
+    window_s: float,
+) -> str:
+    """What the plans start from, in lines: the server time per check and its source,
+    then each scenario (`describe`)."""
+    us = ", ".join(f"{LABELS[a]} {u:.1f} us" for a, u in server_time.us_per_check.items())
+    lines = [f"Server time per check, from {server_time.source}:", f"  {us}"]
+    return "\n".join([*lines, *(describe(s, limit, window_s) for s in named.values())])
+
+
+def describe(scenario: capacity.Scenario, limit: int, window_s: float) -> str:
+    """One line: the scenario's keys, rates, peak, checks and log members."""
+    classes = ", ".join(
+        f"{share:.0%} at {rate:.4g}/s ({rate * 60:,.3g} a minute, {rate * 3_600:,.0f} an hour)"
+        for share, rate in scenario.rates
+    )
+    return (
+        f"{scenario.name}: {scenario.active_keys:,} keys, {classes}, peak x{scenario.peak_factor:g}"
+        f" -> {scenario.checks_per_second():,.0f} checks/s, a log key holds "
+        f"{scenario.mean_log_members(limit, window_s):,.0f} of {limit:,} members"
+    )
+
+
+def plans(
+    table: pd.DataFrame,
+    named: Mapping[str, capacity.Scenario] | Iterable[capacity.Scenario],
+    limit: int,
+    window_s: float,
+    server_time: capacity.ServerTime,
+    shard: Shard = Shard(),
+) -> dict[tuple[str, str], capacity.CapacityPlan]:
+    """A plan per scenario and algorithm: {(scenario name, tag): CapacityPlan}."""
+    listed = named.values() if isinstance(named, Mapping) else named
+    return {
+        (scenario.name, a): capacity.plan_scenario(
+            a,
+            scenario,
+            limit=int(round(limit)),
+            window_s=window_s,
+            table=table,
+            us_per_check=server_time.us_per_check[a],
+            shard_memory_bytes=shard.memory_gib * 2**30,
+            shard_checks_per_s=shard.checks_per_s,
+            headroom=shard.headroom,
+            key_overhead_bytes=shard.key_overhead_bytes,
+        )
+        for scenario in listed
+        for a in algorithms.NAMES
+    }
+
+
+def plan_table(planned: Mapping[tuple[str, str], capacity.CapacityPlan]) -> pd.DataFrame:
+    """Memory, checks, Redis time and shards per scenario and algorithm."""
+    rows = []
+    for (scenario, a), p in planned.items():
+        rows.append(
+            {
+                "scenario": scenario,
+                "algorithm": LABELS[a],
+                "bytes per key": round(p.bytes_per_key),
+                "memory": format_bytes(p.memory_bytes),
+                "checks/s": round(p.checks_per_s),
+                "Redis time (cores)": round(p.redis_cpu_cores, 2),
+                "checks/s one shard serves": round(p.shard_checks_per_s),
+                "shards for memory": p.shards_for_memory,
+                "shards for checks": p.shards_for_checks,
+                "shards": p.shards,
+            }
+        )
+    return pd.DataFrame(rows).set_index(["scenario", "algorithm"])
+
+
+def shards_by_algorithm(
+    planned: Mapping[tuple[str, str], capacity.CapacityPlan], scenario: str
+) -> dict[str, int]:
+    """{tag: shards} of one scenario's plans."""
+    return {a: p.shards for (name, a), p in planned.items() if name == scenario}
+
+
+def span(values: Iterable[float], fmt: str = ",") -> str:
+    """ "a-b" from the smallest to the largest of `values`, or "a" when they agree."""
+    low, high = format(min(values), fmt), format(max(values), fmt)
+    return low if low == high else f"{low}-{high}"
+
+
+Finding = tuple[str, Any, str, str]  # (record name, value, format, what it is)
+_O1 = ("fw", "swc", "gcra")
+
+
+def findings(
+    planned: Mapping[tuple[str, str], capacity.CapacityPlan],
+    named: Mapping[str, capacity.Scenario],
+    server_time: capacity.ServerTime,
+    limit: int,
+    window_s: float,
+    shard: Shard = Shard(),
+) -> list[Finding]:
+    """The numbers section 7 and the README quote, from the plans of the two scenarios
+    (`scenarios`): (record name, value, format, what), in the order they are quoted."""
+    steady, full = named[STEADY], named[FULL]
+    shards = {name: shards_by_algorithm(planned, name) for name in (STEADY, FULL)}
+    full_log = planned[(FULL, "log")]
+    per = "hour" if window_s == 3_600 else f"{window_s:,} s"
+    us = server_time.us_per_check
+    return [
+        ("cap_keys", steady.active_keys, ",", "active keys of section 7's plans"),
+        ("cap_policy", f"{int(limit):,} per {per}", "", "section 7's policy"),
+        ("bench_date", server_time.date, "", "the make bench run whose server time is used"),
+        ("us_log", us["log"], ".1f", "server time per check, sliding log, us"),
+        ("us_o1", span([us[a] for a in _O1], ".1f"), "", "server time per check, O(1), us"),
+        ("shard_gib", shard.memory_gib, "g", "data memory of one shard, GiB"),
+        ("steady_per_minute", steady.peak_rate_per_key * 60, "g", "steady: requests a minute"),
+        ("steady_checks", steady.checks_per_second(), ",.0f", "steady: checks per second"),
+        ("steady_log_shards", shards[STEADY]["log"], "d", "steady: shards, sliding log"),
+        ("steady_o1_shards", span([shards[STEADY][a] for a in _O1]), "", "steady: O(1) shards"),
+        ("full_checks", full.checks_per_second(), ",.0f", "every key full: checks per second"),
+        ("full_log_shards", shards[FULL]["log"], "d", "every key full: shards, sliding log"),
+        ("full_o1_shards", span([shards[FULL][a] for a in _O1]), "", "every key full: O(1)"),
+        ("full_log_memory", format_bytes(full_log.memory_bytes), "", "full: the log's memory"),
+        ("full_log_memory_shards", full_log.shards_for_memory, "d", "full: shards, log memory"),
+    ]
+
+
+def summary(found: Iterable[Finding]) -> str:
+    """Two lines from `findings`: shards per scenario, for the log and the others."""
+    q = {name: format(value, fmt) for name, value, fmt, _ in found}
+    return (
+        f"Steady state ({q['steady_checks']} checks/s): {q['steady_log_shards']} shards for the "
+        f"sliding log, {q['steady_o1_shards']} for the others.\n"
+        f"Every key full ({q['full_checks']} checks/s): {q['full_log_shards']} shards for the "
+        f"sliding log, {q['full_o1_shards']} for the others; the log's {q['full_log_memory']} "
+        f"alone would need {q['full_log_memory_shards']}."
+    )
+
+
+def measure_and_replan(
+    table: pd.DataFrame,
+    named: Mapping[str, capacity.Scenario],
+    limit: int,
+    window_s: float,
+    shard: Shard,
+    planned: Mapping[tuple[str, str], capacity.CapacityPlan],
+    checks: int = 2_000,
+) -> str:
+    """Measure the server time per check on the reader's Redis (`backend.choose()`:
+    REDIS_URL, else a private redis-server; never the embedded fake), plan `named`
+    again with it, and say, per scenario and algorithm, the shards with it and (in
+    brackets) with `planned`'s figures."""
+    from .. import backend
+
+    with backend.choose() as target:
+        if not target.real:
+            return "No real Redis here: the plans keep the server time `make bench` recorded."
+        client = target.sync_client(socket_timeout=30)
+        try:
+            measured = capacity.measure_server_time(client, checks=checks, where=target.description)
+        finally:
+            client.close()
+    again = plans(table, named, limit, window_s, measured, shard)
+    lines = [
+        f"Server time per check, {measured.source}:",
+        "  " + ", ".join(f"{LABELS[a]} {us:.1f} us" for a, us in measured.us_per_check.items()),
+        "Shards with these figures (in brackets, with the figures of the plans above):",
+    ]
+    for name in named:
+        mine, before = shards_by_algorithm(again, name), shards_by_algorithm(planned, name)
+        shown = ", ".join(f"{LABELS[a]} {mine[a]} ({before[a]})" for a in mine)
+        lines.append(f"  {name}: {shown}")
+    return "\n".join(lines)
+
+
+def policy_sweep(
+    table: pd.DataFrame,
+    active_keys: int,
+    rate_per_key: float,
+    server_time: capacity.ServerTime,
+    shard: Shard = Shard(),
+    policies: Mapping[str, tuple[int, int]] = POLICY_SWEEP,
+    peak_factor: float = 1.0,
+) -> pd.DataFrame:
+    """Shards of the sliding log and the counter under each policy, for the same keys,
+    in both scenarios (every key full means a different rate under each policy)."""
+    rows = []
+    for policy, (limit, window_s) in policies.items():
+        named = scenarios(active_keys, rate_per_key, limit, window_s, peak_factor)
+        planned = plans(table, named, limit, window_s, server_time, shard)
+        row: dict[str, Any] = {"policy": policy}
+        for name in named:
+            row[f"{name}: checks/s"] = round(named[name].checks_per_second())
+            for a in ("log", "swc"):
+                row[f"{name}: {LABELS[a]} shards"] = planned[(name, a)].shards
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("policy")
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The figure's question: a fleet under one policy, planned in both scenarios on
+    shards of one size. `active_keys` and `limit` may come from a slider as floats."""
+
+    active_keys: float = 1_000_000  # keys holding limiter state (a request within a window)
+    rate_per_key: float = 0.05  # mean requests per second per key, the steady state
+    limit: float = 1_000  # requests ...
+    window_s: int = 3_600  # ... per window of this many seconds
+    peak_factor: float = 1.0  # the steady state's peak over its mean
+    shard_memory_gib: float = 14
+    headroom: float = 0.5
+    key_overhead_bytes: float = 64
+
+
+@lru_cache(maxsize=4)
+def _stored_table(path: str) -> pd.DataFrame:
+    return memory.measured_or_stored(None, path, [1]).table
+
+
+@parameters_of(
+    Fleet,
+    table=None,
+    table_path="data/memory_per_key.csv",
+    server_time=None,
+    bench_path=BENCH_RECORD,
+)
+def figure(
+    *,
+    table: pd.DataFrame | None,
+    table_path: str | Path,
+    server_time: capacity.ServerTime | None,
+    bench_path: str | Path,
+    **fleet_options: Any,
+) -> matplotlib.figure.Figure:
+    """Shards against fleet size, one panel per scenario, one step line per algorithm.
+
+    Takes `Fleet`'s options; `active_keys` places the dotted marker, and the legend
+    gives each line's shards there. Without `table` chapter 3's table at `table_path`
+    is read; without `server_time`, the `make bench` record at `bench_path`.
+    """
+    import matplotlib.pyplot as plt
+
+    fleet = Fleet(**fleet_options)
+    if table is None:
+        table = _stored_table(str(table_path))
+    if server_time is None:
+        server_time = bench_server_time(str(bench_path))
+    limit, window_s = int(round(fleet.limit)), fleet.window_s
+    shard = Shard(fleet.shard_memory_gib, fleet.headroom, fleet.key_overhead_bytes)
+    named = scenarios(fleet.active_keys, fleet.rate_per_key, limit, window_s, fleet.peak_factor)
+    keys = next(iter(named.values())).active_keys
+    fig, axes = plt.subplots(1, len(named), figsize=(12, 4.6), sharey=True)
+    for ax, scenario in zip(axes, named.values(), strict=True):
+        for a in algorithms.NAMES:
+            per_key = capacity.scenario_bytes_per_key(table, a, scenario, limit, window_s)
+
+            def shards_at(
+                n: int,
+                a: str = a,
+                per_key: float = per_key,
+                rate: float = scenario.peak_rate_per_key,
+            ) -> int:
+                return capacity.plan_fleet(
+                    a,
+                    active_keys=n,
+                    rate_per_key=rate,
+                    bytes_per_key=per_key,
+                    us_per_check=server_time.us_per_check[a],
+                    shard_memory_bytes=shard.memory_gib * 2**30,
+                    headroom=shard.headroom,
+                    key_overhead_bytes=shard.key_overhead_bytes,
+                ).shards
+
+            here = shards_at(keys)
+            style = {"linewidth": 2.5} if a == "log" else {"linewidth": 1.5, "alpha": 0.85}
+            label = f"{LABELS[a]}: {here:,} shard{'s' if here > 1 else ''}"
+            ax.step(
+                _KEYS_AXIS,
+                [shards_at(int(n)) for n in _KEYS_AXIS],
+                where="post",
+                color=COLORS[a],
+                label=label,
+                **style,
+            )
+        ax.axvline(keys, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(_KEYS_AXIS[0], _KEYS_AXIS[-1])
+        rate = scenario.peak_rate_per_key
+        ax.set_xlabel(f"active keys (each {rate:.3g} requests/s, {rate * 3_600:,.0f} an hour)")
+        members = scenario.mean_log_members(limit, window_s)
+        ax.set_title(
+            f"{scenario.name}: a log key holds {members:,.0f} of {limit:,}\n"
+            f"legend: shards at {keys:,} keys",
+            fontsize=10,
+        )
+        ax.legend(fontsize=8, loc="upper left")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylabel("Redis shards needed")
+    us = ", ".join(f"{LABELS[a]} {u:.1f}" for a, u in server_time.us_per_check.items())
+    fig.suptitle(
+        f"Shards for a limit of {limit:,} per {window_s:,} s ({fleet.shard_memory_gib:g} GiB "
+        f"per shard, {fleet.headroom:.0%} kept free)\nserver time per check (us): {us}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,99 @@
+"""`python -m ratelimit`: the command line, and the key it names for a route's client."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import ratelimit
+from ratelimit import keys
+from ratelimit.__main__ import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out.strip()
+
+
+def test_key_names_the_key_the_demo_route_writes(capsys):
+    pytest.importorskip("fastapi")
+    from ratelimit.demo import create_app
+
+    app = create_app(ratelimit.connect(embedded=True))
+    printed = run(capsys, "key", "demo", "--scope", "geofence", "--prefix", "demo")
+    assert printed == app.state.limits["geofence"].key_for("demo")
+    assert printed == keys.route_key("demo", scope="geofence", prefix="demo")
+    # Not the limiter's key for the bare API key, which no route ever writes.
+    assert printed != app.state.limits["geofence"].limiter.key_for("demo")
+    by_address = run(
+        capsys, "key", "--address", "192.0.2.1", "--scope", "tiles", "--prefix", "demo"
+    )
+    assert by_address == app.state.limits["tiles"].key_for(address="192.0.2.1")
+
+
+@pytest.mark.parametrize("algorithm", ["log", "logc", "fw", "swc", "gcra"])
+def test_key_matches_every_limiter_of_the_same_options(capsys, algorithm):
+    spec = ratelimit.algorithms.get(algorithm)
+    options = {"storage": "compact"} if algorithm == "logc" else {}
+    cls, redis = spec.limiter_class("sync"), ratelimit.connect_sync(embedded=True)
+    for readable in (False, True):
+        limiter = cls(redis, 1, 10, "svc", readable_keys=readable, **options)
+        flags = ["--readable-keys"] if readable else []
+        printed = run(capsys, "key", "k-1", "--scope", "s", "--prefix", "svc",
+                      "--algorithm", algorithm, *flags)  # fmt: skip
+        assert printed == limiter.key_for(keys.route_identity("s", "key", "k-1"))
+        assert printed.startswith(f"svc:{spec.name}:")
+
+
+def test_the_route_identity_is_built_in_one_place():
+    pytest.importorskip("fastapi")
+    from ratelimit.http import ClientIdentity, rate_limit
+
+    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(embedded=True), 1, 10)
+    route = rate_limit(limiter, scope="geofence")
+    who = ClientIdentity("key", "demo")
+    assert (
+        route.limiter_identity(who)
+        == "geofence:key:demo"
+        == keys.route_identity("geofence", "key", "demo")
+    )
+    assert route.key_for("demo") == keys.route_key("demo", scope="geofence")
+    with pytest.raises(ValueError, match="kind"):
+        keys.route_identity("geofence", "user", "demo")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["key"], "exactly one of api_key and address"),
+        (["key", "k", "--address", "192.0.2.1"], "exactly one of api_key and address"),
+        (["key", "k", "--prefix", "a{b"], "braces"),
+        (["key", "k", "--algorithm", "leaky"], "invalid choice"),
+        ([], "required"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_python_dash_m_ratelimit_prints_the_key():
+    out = subprocess.run(
+        [sys.executable, "-m", "ratelimit", "key", "demo", "--scope", "geofence",
+         "--prefix", "demo"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout == keys.route_key("demo", scope="geofence", prefix="demo") + "\n"
+    # The command line imports the library only: no web framework, no lab.
+    code = (
+        "import sys, ratelimit.__main__; "
+        "print(sorted({'fastapi', 'numpy', 'pandas'} & set(sys.modules)))"
+    )
+    listed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert listed.stdout.strip() == "[]"
