@@ -106,9 +106,9 @@ class ClassicSlidingLog:
             redis.pexpire(key, self.window_ms)
         return True
 
-    async def check_transaction(self, identity: str) -> bool:
-        """One MULTI/EXEC: trim, add, count, expire; admitted when the count (this
-        request included) is within the limit. A rejected request stays recorded."""
+    def _queue_transaction(self, identity: str) -> Any:
+        """The MULTI/EXEC pipeline of one check, queued and not yet sent; the count
+        (this request included) is its third reply."""
         now, member = self._stamp()
         key = self.key_for(identity)
         pipe = self.redis.pipeline(transaction=True)
@@ -117,20 +117,17 @@ class ClassicSlidingLog:
         pipe.zcard(key)
         if self.expire:
             pipe.pexpire(key, self.window_ms)
-        count = (await pipe.execute())[2]
+        return pipe
+
+    async def check_transaction(self, identity: str) -> bool:
+        """One MULTI/EXEC: trim, add, count, expire; admitted when the count (this
+        request included) is within the limit. A rejected request stays recorded."""
+        count = (await self._queue_transaction(identity).execute())[2]
         return int(count) <= self.limit
 
     def check_transaction_sync(self, identity: str) -> bool:
         """`check_transaction` for a synchronous client: the same MULTI/EXEC."""
-        now, member = self._stamp()
-        key = self.key_for(identity)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.zremrangebyscore(key, 0, now - self.window_ms)
-        pipe.zadd(key, {member: now})
-        pipe.zcard(key)
-        if self.expire:
-            pipe.pexpire(key, self.window_ms)
-        count = pipe.execute()[2]
+        count = self._queue_transaction(identity).execute()[2]
         return int(count) <= self.limit
 
     def __repr__(self) -> str:
