@@ -16,6 +16,7 @@ STAMP      := $(VENV)/.installed
 LOCK       := requirements.lock
 REPORT_DIR := build/report
 EXECUTED_DIR := build/chapters
+BOOK_SRC   := build/book-src
 
 # Chapters are notebooks/<digits>...ipynb; make sorts them by name, so zero-pad the numbers.
 NOTEBOOKS  := $(sort $(wildcard notebooks/[0-9]*.ipynb))
@@ -56,7 +57,7 @@ export UV_LINK_MODE ?= copy
 help:
 	@echo "make setup   create .venv and install the locked dependencies (no-op when up to date)"
 	@echo "make test    run tests/ and the notebooks (nbval strict); PYTEST_ARGS=... is passed on"
-	@echo "make run     execute notebooks/[0-9]*.ipynb into $(EXECUTED_DIR)/ and build $(REPORT_DIR)/ (tracked files untouched)"
+	@echo "make run     execute notebooks/[0-9]*.ipynb into $(EXECUTED_DIR)/ and build the book $(REPORT_DIR)/ (tracked files untouched)"
 	@echo "make refresh execute chapters in place, refreshing their outputs, records, table and gallery, then the README parts made from the records (CHAPTERS=... for some)"
 	@echo "make lab     start JupyterLab on notebooks/"
 	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
@@ -108,15 +109,12 @@ ifneq ($(CHAPTERS),)
 endif
 	$(if $(filter 0,$(RENDER_README)),,$(VPY) -m ratelimit.lab.records README.md)
 
-# run: execute every chapter from a clean kernel into $(EXECUTED_DIR)/, then build the HTML
-# report from those; the committed notebooks, table and figures stay as they are.
+# run: execute every chapter from a clean kernel into $(EXECUTED_DIR)/ (two at a time), then build
+# the book from those copies into $(REPORT_DIR)/ (sources assembled in $(BOOK_SRC)/; tools/book.py);
+# the committed notebooks, table and figures stay as they are.
 run: setup
-	@mkdir -p notebooks $(EXECUTED_DIR) $(REPORT_DIR)
-ifneq ($(NOTEBOOKS),)
-	jupyter nbconvert --to notebook --execute --output-dir $(EXECUTED_DIR) \
-	  --ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=600 $(NOTEBOOKS)
-endif
-	$(VPY) tools/report.py --out $(REPORT_DIR) $(addprefix $(EXECUTED_DIR)/,$(notdir $(NOTEBOOKS)))
+	@mkdir -p notebooks
+	$(VPY) tools/book.py --execute-into $(EXECUTED_DIR) --src $(BOOK_SRC) --out $(REPORT_DIR) $(NOTEBOOKS)
 
 # lab: JupyterLab on notebooks/, bound to loopback; jupyter prints the URL with its token.
 lab: setup

@@ -12,7 +12,7 @@
       boundary_burst.figure()                                        # the default figure
       explorer(boundary_burst.figure, limit=(1, 50), rate_multiple=(1.0, 10.0))  # sliders
 
-The cell holding the sliders carries two tags: `WIDGET_TAG`, so the HTML report leaves
+The cell holding the sliders carries two tags: `WIDGET_TAG`, so the book (tools/book.py) leaves
 its output out (a widget needs a live kernel), and `nbval-ignore-output`, since nbval
 does not capture an Output widget: the figure drawn inside it arrives as an extra
 output of its own, unlike in nbconvert or JupyterLab.

@@ -41,6 +41,7 @@ ENV = "RATELIMIT_SAVE_MEASUREMENTS"
 
 # The chapters the README generates parts for, in reading order: notebook stem -> module.
 CHAPTERS = {
+    "00_four_algorithms": "four_algorithms",
     "01_boundary_burst": "boundary_burst",
     "02_clock_skew": "clock_skew",
     "03_memory_per_key": "memory_per_key",
@@ -153,7 +154,8 @@ def readme_blocks(directory: Path = NOTEBOOKS_DIR / RECORDS_DIR) -> dict[str, st
     table = ["| chapter | what it shows |", "| --- | --- |"]
     gallery = ["| | |", "| --- | --- |"]
     blocks: dict[str, str] = {}
-    for number, chapter in enumerate(CHAPTERS, start=1):
+    for chapter in CHAPTERS:
+        number = int(chapter[:2])  # the notebook's own number: the book may start at 0
         module, values = _module(chapter), load(chapter, directory)["values"]
         where = f"ratelimit.lab.chapters.{CHAPTERS[chapter]}"
         title = f"{number}. {module.TITLE}"

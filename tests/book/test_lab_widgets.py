@@ -4,7 +4,7 @@ Writes a two-cell notebook into a temporary root folder (a `figure(limit=10)` th
 line plot, then `explorer(figure, limit=(1, 50))` from ratelimit.lab.plotting), starts
 `jupyter lab` on it the way tests/test_lab.py does (loopback, free port, a token of this
 run's own, stopped by its PID with the kernels it started), opens the notebook in Chromium
-(the driver of tests/test_report_browser.py), runs all cells through the "Run" menu, waits
+(the driver of tests/book/test_report_browser.py), runs all cells through the "Run" menu, waits
 for the slider and the figure drawn below it, moves the slider with the keyboard and waits
 for the figure to be drawn again. A screenshot lands in build/screenshots/lab_widgets.png.
 

@@ -235,6 +235,17 @@ def test_script_check_runs_the_real_scripts():
 # --- section 4 ------------------------------------------------------------------------
 
 
+def test_peak_records_name_the_three_approximations():
+    worst = pd.Series({"log": 1.0, "fw": 2.0, "swc": 1.46, "gcra": 1.9})
+    records = chapter.peak_records(worst)
+    assert [(name, value, fmt) for name, value, fmt, _ in records] == [
+        ("peak_fw", 2.0, ".1f"),
+        ("peak_swc", 1.46, ".1f"),
+        ("peak_gcra", 1.9, ".1f"),
+    ]
+    assert records[0][3] == "fixed window: worst rolling-second peak / limit"
+
+
 def test_decision_matrix(exactness, replayed, table):
     matrix = chapter.decision_matrix(exactness, chapter.key_bytes(table), replayed, 10)
     assert list(matrix.index) == LABELS
@@ -348,6 +359,24 @@ def test_counter_on_fleet_groups_clients_by_rate(small_fleet):
     )
 
 
+def test_the_counters_records_are_the_tables_numbers(small_fleet):
+    per_rate = chapter.counter_per_rate([0.1, 1, 10], 2_000, 10, 1, 0)
+    single = {name: (value, fmt) for name, value, fmt, _ in chapter.per_rate_records(per_rate)}
+    assert single == {
+        "single_cloudflare_max_pct": (per_rate[chapter.WRONG_VS_RATE].max(), ".1f"),
+        "single_diverged_max_pct": (per_rate[chapter.DIVERGED].max(), ".1f"),
+    }
+    fleet = {name: value for name, value, _, _ in small_fleet.records()}
+    total = small_fleet.by_rate.loc["all clients"]
+    assert fleet == {
+        "fleet_requests_m": small_fleet.requests / 1e6,
+        "fleet_cloudflare_pct": total[chapter.WRONG_VS_RATE],
+        "fleet_diverged_pct": total[chapter.DIVERGED],
+        "cloudflare_pct": chapter.CLOUDFLARE.percent,
+    }
+    assert all(what for *_, what in [*chapter.per_rate_records(per_rate), *small_fleet.records()])
+
+
 def test_counter_figure_plots_the_tables(small_fleet):
     per_rate = chapter.counter_per_rate([0.1, 1, 3], 1_000)
     fig = chapter.counter_figure(per_rate, small_fleet)
@@ -379,6 +408,15 @@ def test_cap_radius_comes_from_the_cost_function():
     assert geofence_cost(radius) == GEOFENCE_MAX_COST - 1
     assert geofence_cost(radius + 0.01) == GEOFENCE_MAX_COST
     assert chapter.cap_radius_m(500, 5) == 1_000.0
+
+
+def test_cap_caveat_is_checked_on_the_cost_function():
+    caveat = chapter.cap_caveat(1.5)
+    assert caveat.startswith(f"Charged the cap of {GEOFENCE_MAX_COST} units above 1.5 km")
+    assert "a 3 km look-up searches 36 discs and is charged 10 units" in caveat
+    assert "a 2 km look-up searches 16 discs" in chapter.cap_caveat(1.5, 2_000)
+    with pytest.raises(AssertionError):
+        chapter.cap_caveat(1.4)  # the cap does not start there
 
 
 def test_geofence_traffic_and_profiles(geo):
@@ -490,6 +528,14 @@ def test_default_figure_shows_both_scenarios_and_the_plans(table, chapter_plans,
         assert labels == [f"{LABELS[i]}: {n:,} shards" for i, n in enumerate(shards.values())]
         assert fig.axes[panel].get_title().startswith(name)
     assert "server time per check (us)" in fig._suptitle.get_text()
+
+
+def test_legends_are_the_plans_shards(table, chapter_plans, server_time):
+    named, plans = chapter_plans
+    fig = planning.figure(table=table, server_time=server_time)
+    assert planning.legends(fig) == planning.expected_legends(plans, named)
+    assert planning.shards_label("gcra", 1) == "GCRA (token bucket): 1 shard"
+    assert planning.shards_label("log", 1_200) == "sliding log: 1,200 shards"
 
 
 def test_figure_reads_the_stored_table_and_the_bench_record(table, server_time, monkeypatch):

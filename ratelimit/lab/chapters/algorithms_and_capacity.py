@@ -56,7 +56,9 @@ __all__ = [
     "DIVERGED",
     "Published",
     "WRONG_VS_RATE",
+    "Finding",
     "busiest_window",
+    "cap_caveat",
     "cap_radius_m",
     "contracts",
     "counter_figure",
@@ -72,8 +74,10 @@ __all__ = [
     "geofence_traffic",
     "key_bytes",
     "matrix_figure",
+    "peak_records",
     "peaks",
     "per_rate_findings",
+    "per_rate_records",
     "predicted_commands",
     "replay_all",
     "replay_with",
@@ -112,6 +116,8 @@ _LOG = algorithms.get("log")
 # Against the exact log: the same requests, each limiter on its own state.
 ADMITTED_NOT_LOG = "vs exact log: admitted, log refused (%)"
 REFUSED_NOT_LOG = "vs exact log: refused, log admitted (%)"
+Finding = tuple[str, Any, str, str]
+"""A number the chapter records: (record name, value, format, what it is)."""
 
 # --- sections 1 and 2: five traces, and how exact each algorithm is on them -------------
 
@@ -226,6 +232,15 @@ def peaks(table: pd.DataFrame) -> pd.DataFrame:
     """An `exactness` table's peak / limit, one row per trace, one column per algorithm."""
     traces_in_order = list(dict.fromkeys(table.index.get_level_values("trace")))
     return table["peak / limit"].unstack("algorithm").loc[traces_in_order, list(LABELS.values())]
+
+
+def peak_records(worst_peak: pd.Series) -> list[Finding]:
+    """The worst peak / limit against the exact log of the three algorithms that are not
+    the log (`worst_peak` indexed by tag), as `Finding`s to record."""
+    return [
+        (f"peak_{a}", worst_peak[a], ".1f", f"{LABELS[a]}: worst rolling-second peak / limit")
+        for a in ("fw", "swc", "gcra")
+    ]
 
 
 # --- each algorithm against its own contract ---------------------------------------------
@@ -646,6 +661,19 @@ class CounterOnFleet:
             f"Divergence from a real log: {total[DIVERGED]:.1f}% of all requests."
         )
 
+    def records(self) -> list[Finding]:
+        """The fleet's numbers the chapter records, as `Finding`s: its size in millions,
+        both measures over all clients, and Cloudflare's published figure."""
+        total = self.by_rate.loc["all clients"]
+        return [
+            ("fleet_requests_m", self.requests / 1e6, ".1f",
+             "requests in the Zipf fleet, millions"),
+            ("fleet_cloudflare_pct", total[WRONG_VS_RATE], ".2f",
+             "Cloudflare's metric on the fleet, %"),
+            ("fleet_diverged_pct", total[DIVERGED], ".1f", "divergence from a real log, fleet, %"),
+            ("cloudflare_pct", CLOUDFLARE.percent, "g", "Cloudflare's published figure"),
+        ]  # fmt: skip
+
 
 def _per_client(
     fleet: pd.DataFrame, exact: pd.DataFrame, approx: pd.DataFrame, errors: pd.DataFrame
@@ -684,6 +712,16 @@ def per_rate_findings(per_rate: pd.DataFrame) -> str:
         f" at {high:g}x. The counter admits {100 * ratio.min():.0f}-{100 * ratio.max():.0f}% of "
         "what the log admits."
     )
+
+
+def per_rate_records(per_rate: pd.DataFrame) -> list[Finding]:
+    """The single client's worst figure by each measure, as `Finding`s to record."""
+    return [
+        ("single_cloudflare_max_pct", per_rate[WRONG_VS_RATE].max(), ".1f",
+         "Cloudflare's metric, worst single client"),
+        ("single_diverged_max_pct", per_rate[DIVERGED].max(), ".1f",
+         "divergence, worst single client"),
+    ]  # fmt: skip
 
 
 def counter_on_fleet(
@@ -813,6 +851,21 @@ def cap_radius_m(
     if not below < max_cost == above:
         raise AssertionError(f"geofence_cost does not reach its cap just above {radius} m")
     return radius
+
+
+def cap_caveat(cap_km: float, wide_m: float = 3_000) -> str:
+    """One line on the cap: where it starts, as quoted (`cap_km`, rounded: checked on
+    `geofence_cost` at that radius and just above it), and what a look-up of `wide_m`
+    searches, in 500 m discs, against what it is charged."""
+    radius_m = 1000 * cap_km
+    if not geofence_cost(radius_m) < GEOFENCE_MAX_COST == geofence_cost(radius_m + 1):
+        raise AssertionError(f"the cap does not start just above {cap_km} km")
+    discs = (wide_m / GEOFENCE_FREE_RADIUS_M) ** 2
+    return (
+        f"Charged the cap of {GEOFENCE_MAX_COST} units above {cap_km:.1f} km; a "
+        f"{wide_m / 1000:g} km look-up searches {discs:.0f} discs and is charged "
+        f"{geofence_cost(wide_m)} units."
+    )
 
 
 def geofence_traffic(

@@ -47,8 +47,10 @@ __all__ = [
     "Shard",
     "bench_server_time",
     "describe",
+    "expected_legends",
     "findings",
     "inputs",
+    "legends",
     "measure_and_replan",
     "figure",
     "plan_table",
@@ -56,6 +58,7 @@ __all__ = [
     "policy_sweep",
     "scenarios",
     "shards_by_algorithm",
+    "shards_label",
     "span",
     "summary",
 ]
@@ -191,6 +194,29 @@ def shards_by_algorithm(
 ) -> dict[str, int]:
     """{tag: shards} of one scenario's plans."""
     return {a: p.shards for (name, a), p in planned.items() if name == scenario}
+
+
+def shards_label(algorithm: str, shards: int) -> str:
+    """The figure's legend entry for one line: the algorithm and its shards at the
+    marked fleet size."""
+    return f"{LABELS[algorithm]}: {shards:,} shard{'s' if shards > 1 else ''}"
+
+
+def expected_legends(
+    planned: Mapping[tuple[str, str], capacity.CapacityPlan], named: Iterable[str]
+) -> list[list[str]]:
+    """The legend each panel of `figure` should show for these plans, one list per
+    scenario name in `named`."""
+    return [[shards_label(a, n) for a, n in shards_by_algorithm(planned, s).items()] for s in named]
+
+
+def legends(fig: matplotlib.figure.Figure) -> list[list[str]]:
+    """What each panel of a figure lists in its legend (lines labelled `_...` are
+    matplotlib's unlabelled ones, left out)."""
+    return [
+        [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
+        for ax in fig.axes
+    ]
 
 
 def span(values: Iterable[float], fmt: str = ",") -> str:
@@ -385,7 +411,7 @@ def figure(
 
             here = shards_at(keys)
             style = {"linewidth": 2.5} if a == "log" else {"linewidth": 1.5, "alpha": 0.85}
-            label = f"{LABELS[a]}: {here:,} shard{'s' if here > 1 else ''}"
+            label = shards_label(a, here)
             ax.step(
                 _KEYS_AXIS,
                 [shards_at(int(n)) for n in _KEYS_AXIS],

@@ -1,0 +1,321 @@
+"""Chapter 0, the four algorithms on one page: one short trace through each algorithm's
+reference model, what each one stores over time, its Lua script, and what it costs.
+
+The trace is one client's burst followed by a steady trickle at the limit's own rate
+(`trace`). `decisions` steps a fresh reference model (`ratelimit.lab.reference`)
+through it one request at a time, in virtual time, keeping a copy of the model's state
+after each request; `stored` reads that state on a grid of whole ms, as the script
+would see it at each moment. `figure` draws all four side by side.
+
+    from ratelimit.lab.chapters import four_algorithms
+    four_algorithms.admitted_table()            # admitted per algorithm on the trace
+    four_algorithms.figure()                    # one timeline panel per algorithm
+    four_algorithms.show_script("gcra")         # ratelimit/lua/gcra.lua, as Markdown
+    four_algorithms.costs_table()               # bytes per key and Redis commands
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ratelimit import algorithms, keys
+from ratelimit.lab import memory, metrics
+from ratelimit.lab.chapters import memory_per_key
+from ratelimit.lab.plotting import COLORS
+from ratelimit.lab.simulation import replay
+
+# The README's chapter-table cell and gallery text, filled from the chapter's records
+# (notebooks/data/records/00_four_algorithms.json) by `ratelimit.lab.records`.
+TITLE = "The four algorithms on one page"
+SUMMARY = (
+    "what each algorithm stores and when it admits, on one trace (a burst of "
+    "{burst_requests}, then one request every {trickle_every_ms} ms, limit {limit} per "
+    "{window_s} s); each rule as a formula, each Lua script with its key lines explained, "
+    "bytes per key and Redis commands per check, and a cheat-sheet from a need to an "
+    "algorithm, a clock, an `on_error` policy and a cost function"
+)
+HEADLINE = (
+    "A burst of {burst_requests} then one request every {trickle_every_ms} ms, at "
+    "{limit} per {window_s} s: the sliding log admits {log_admitted} of {trace_requests} "
+    "and never more than {log_peak} in a rolling second, the fixed window {fw_admitted} "
+    "({fw_peak} in one rolling second), the counter {swc_admitted} ({swc_peak}), GCRA "
+    "{gcra_admitted} ({gcra_peak}). At limit {quoted_limit} a full key takes "
+    "{log_bytes} bytes as a sorted-set log ({compact_bytes} compact) and "
+    "{o1_min_bytes}-{o1_max_bytes} for the others; an admitted check runs "
+    "{log_admit_commands} Redis commands in the log's script, {o1_admit_commands} in the others'."
+)
+
+# The chapter's parameters (notebooks/00_four_algorithms.ipynb, its "parameters" cell).
+LIMIT = 5  # requests admitted per window
+WINDOW_S = 1  # window width, whole seconds
+BURST_AT_MS = 800  # the burst's first request
+BURST_REQUESTS = 8  # requests in the burst, one every BURST_SPACING_MS
+BURST_SPACING_MS = 10
+TRICKLE_EVERY_MS = 200  # then one request every this many ms (the limit's own rate)...
+TRICKLE_UNTIL_MS = 3000  # ...from the next window's start up to this time
+QUOTED_LIMIT = 1_000  # the limit at which the costs table is quoted
+COST_LIMITS = (10, QUOTED_LIMIT)  # the costs table's columns
+
+ORDER = algorithms.ALGORITHMS  # log, fixed window, counter, GCRA: the registry's order
+IDENTITY = "api-key-123"
+SCRIPTS = ("prelude", *(a.script for a in ORDER), algorithms.COMPACT_LOG.script)
+
+
+def trace(
+    limit: int = LIMIT,
+    window_s: int = WINDOW_S,
+    *,
+    burst_at_ms: int = BURST_AT_MS,
+    burst_requests: int = BURST_REQUESTS,
+    trickle_every_ms: int = TRICKLE_EVERY_MS,
+    trickle_until_ms: int = TRICKLE_UNTIL_MS,
+) -> pd.DataFrame:
+    """One client's requests (the `ratelimit.lab.traffic` columns): `burst_requests` from
+    `burst_at_ms`, one every `BURST_SPACING_MS`, then one every `trickle_every_ms` from
+    the first window boundary after the burst up to `trickle_until_ms`. `limit` is
+    unused: every function of the chapter takes the same first two parameters."""
+    del limit
+    if burst_requests < 1 or trickle_every_ms < 1 or burst_at_ms < 0:
+        raise ValueError("burst_requests and trickle_every_ms must be >= 1, burst_at_ms >= 0")
+    burst = burst_at_ms + BURST_SPACING_MS * np.arange(burst_requests)
+    window_ms = window_s * 1000
+    start = (burst[-1] // window_ms + 1) * window_ms
+    ms = np.concatenate([burst, np.arange(start, trickle_until_ms + 1, trickle_every_ms)])
+    n = len(ms)
+    return pd.DataFrame(
+        {
+            "time": ms / 1000,
+            "identity": [IDENTITY] * n,
+            "cost": np.ones(n, dtype=np.int64),
+            "replica": np.zeros(n, dtype=np.int64),
+        }
+    )
+
+
+def _model(tag: str, limit: int, window_s: int, burst: int | None) -> Any:
+    options = {"burst": burst} if tag == "gcra" else {}
+    return algorithms.get(tag).limiter_class("reference")(window_s, limit, **options)
+
+
+def decisions(
+    tag: str,
+    limit: int = LIMIT,
+    window_s: int = WINDOW_S,
+    *,
+    burst: int | None = None,
+    **trace_options: Any,
+) -> pd.DataFrame:
+    """The trace decided by a fresh reference model of `tag` (GCRA with `burst`, default
+    the limit), one request at a time: `ms`, `allowed`, and `state`, a copy of what the
+    model keeps for the client after the request (what the script's key holds)."""
+    model = _model(tag, limit, window_s, burst)
+    who = keys.identity_bytes(IDENTITY)
+    rows = []
+    for ms in (trace(limit, window_s, **trace_options).time * 1000).round().astype(int):
+        (allowed,), *_ = model.run(who, [int(ms)], [1])
+        rows.append({"ms": int(ms), "allowed": allowed, "state": copy.deepcopy(model.state[who])})
+    return pd.DataFrame(rows)
+
+
+def _read(tag: str, state: Any, t: int, limit: int, window_ms: int, burst: int) -> dict:
+    """What the key's `state` means at time `t` (ms), if nothing more is admitted."""
+    if tag == "log":  # stamps in (t - W, t]
+        return {"in the window": sum(1 for s in state if s > t - window_ms)}
+    number = math.floor(t / window_ms)
+    if tag == "fw":  # (window number, count): the count is this window's only
+        return {"count": state[1] if state[0] == number else 0}
+    if tag == "swc":  # (w, c, p)
+        w, c, p = state
+        cur, prev = (c, p) if w == number else (0, c) if w == number - 1 else (0, 0)
+        estimate = prev * ((window_ms - (t - number * window_ms)) / window_ms) + cur
+        return {"previous": prev, "current": cur, "estimate": estimate}
+    interval = window_ms / limit  # gcra: the TAT, a float
+    return {"TAT - t (ms)": max(state - t, 0.0), "tau - T (ms)": interval * (burst - 1)}
+
+
+def stored(
+    tag: str,
+    limit: int = LIMIT,
+    window_s: int = WINDOW_S,
+    *,
+    burst: int | None = None,
+    **trace_options: Any,
+) -> pd.DataFrame:
+    """What `tag`'s key holds, read at every whole ms from 0 to the end of the trace's
+    last window (index `t (ms)`), from the state after the last request at or before t."""
+    decided = decisions(tag, limit, window_s, burst=burst, **trace_options)
+    window_ms = window_s * 1000
+    end = (decided.ms.iloc[-1] // window_ms + 1) * window_ms
+    grid = np.arange(0, end + 1)
+    after = np.searchsorted(decided.ms.to_numpy(), grid, side="right") - 1
+    burst = limit if burst is None else burst
+    empty = {"log": [], "fw": (None, 0), "swc": (None, 0, 0), "gcra": -math.inf}[tag]
+    rows = [
+        _read(tag, decided.state.iloc[i] if i >= 0 else empty, int(t), limit, window_ms, burst)
+        for t, i in zip(grid, after, strict=True)
+    ]
+    return pd.DataFrame(rows, index=pd.Index(grid, name="t (ms)"))
+
+
+def admitted_table(
+    limit: int = LIMIT,
+    window_s: int = WINDOW_S,
+    *,
+    burst: int | None = None,
+    **trace_options: Any,
+) -> pd.DataFrame:
+    """Per algorithm: the trace's requests admitted, of the burst and in all, and the
+    most admitted in any rolling window (`metrics.max_in_window`)."""
+    sent = trace(limit, window_s, **trace_options)
+    in_burst = trace_options.get("burst_requests", BURST_REQUESTS)
+    rows = []
+    for algorithm in ORDER:
+        ok = decisions(algorithm.name, limit, window_s, burst=burst, **trace_options).allowed
+        rows.append(
+            {
+                "algorithm": algorithm.label,
+                f"admitted of the burst ({in_burst})": int(ok.iloc[:in_burst].sum()),
+                f"admitted in all ({len(sent)})": int(ok.sum()),
+                "max in any rolling window": metrics.max_in_window(
+                    sent.time[ok.to_numpy()], window_s
+                ),
+            }
+        )
+    return pd.DataFrame(rows).set_index("algorithm")
+
+
+def replayed_alike(limit: int = LIMIT, window_s: int = WINDOW_S) -> bool:
+    """Whether stepping a model one request at a time decides as `replay` does."""
+    sent = trace(limit, window_s)
+    return all(
+        decisions(a.name, limit, window_s).allowed.tolist()
+        == replay(sent, _model(a.name, limit, window_s, None), progress=False).allowed.tolist()
+        for a in ORDER
+    )
+
+
+# --- the scripts ------------------------------------------------------------------------
+
+
+def script_source(name: str) -> str:
+    """The text of `ratelimit/lua/<name>.lua` in the installed package, as Redis loads it
+    after the shared prelude (`ratelimit.scripts.source` joins the two)."""
+    if name not in SCRIPTS:
+        raise ValueError(f"no script {name!r}: give one of {', '.join(SCRIPTS)}")
+    return resources.files("ratelimit").joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+def show_script(name: str) -> Any:
+    """`script_source(name)` as a Markdown Lua code block, for a notebook to display."""
+    from IPython.display import Markdown
+
+    return Markdown(f"`ratelimit/lua/{name}.lua`\n\n```lua\n{script_source(name).rstrip()}\n```")
+
+
+# --- the costs --------------------------------------------------------------------------
+
+
+def memory_table() -> pd.DataFrame:
+    """Chapter 3's stored measurements (`notebooks/data/memory_per_key.csv`)."""
+    found = [p for p in (memory_per_key.STORED_TABLE, _checkout_table()) if p.exists()]
+    if not found:
+        raise FileNotFoundError(f"no stored memory table at {memory_per_key.STORED_TABLE}")
+    return memory.load_table(found[0])
+
+
+def _checkout_table() -> Path:
+    return Path(__file__).resolve().parents[3] / "notebooks" / memory_per_key.STORED_TABLE
+
+
+def costs_table(limits: tuple[int, ...] = COST_LIMITS) -> pd.DataFrame:
+    """Per algorithm (and the log's compact storage): bytes per full key at each of
+    `limits` (chapter 3's table) and the Redis commands its script issues per check
+    (the registry's counts; `clock="redis"` adds a TIME to each)."""
+    table = memory_table()
+    entries = [(a, a.name, "script" if a.name == "log" else "") for a in ORDER]
+    entries.insert(1, (algorithms.COMPACT_LOG, "log", "compact"))
+    rows = []
+    for algorithm, tag, member_format in entries:
+        sizes = memory_per_key.series(table, tag, member_format).bytes_per_key
+        row = {"algorithm": algorithm.label, "exact": algorithm.exact}
+        row.update({f"bytes per key at limit {n:,}": int(sizes[n]) for n in limits})
+        commands = algorithm.commands
+        row.update(
+            {
+                "commands, admitted": commands.admit,
+                "more per extra unit of cost": commands.per_extra_unit,
+                "commands, rejected": commands.reject,
+            }
+        )
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("algorithm")
+
+
+# --- the figure -------------------------------------------------------------------------
+
+_PANEL = {"log": "in the window", "fw": "count", "swc": "estimate", "gcra": "TAT - t (ms)"}
+
+
+def figure(
+    limit: int = LIMIT,
+    window_s: int = WINDOW_S,
+    *,
+    burst: int | None = None,
+    **trace_options: Any,
+) -> Figure:
+    """One panel per algorithm: the trace's requests (dots admitted, crosses rejected)
+    above what the key holds over time, against the line a request must stay under."""
+    fig, axes = plt.subplots(len(ORDER), 1, figsize=(12, 11), sharex=True)
+    window_ms = window_s * 1000
+    for ax, algorithm in zip(axes, ORDER, strict=True):
+        tag, color = algorithm.name, COLORS[algorithm.name]
+        held = stored(tag, limit, window_s, burst=burst, **trace_options)
+        decided = decisions(tag, limit, window_s, burst=burst, **trace_options)
+        if tag == "gcra":
+            ceiling = held["tau - T (ms)"].iloc[0]
+            label = f"tau - T ({ceiling:g} ms): cost 1 is rejected above it"
+        else:
+            ceiling, label = limit, f"limit ({limit}): cost 1 is rejected at or above it"
+        for column in held:
+            if column == "tau - T (ms)":
+                continue
+            style = {"linewidth": 2} if column == _PANEL[tag] else {"linewidth": 1, "alpha": 0.6}
+            ax.plot(
+                held.index,
+                held[column],
+                color=color if column == _PANEL[tag] else None,
+                label=column,
+                **style,
+            )
+        ax.axhline(ceiling, color="black", linestyle=":", linewidth=1, label=label)
+        top = ceiling * 1.35
+        ok = decided.allowed.to_numpy()
+        ax.scatter(decided.ms[ok], np.full(ok.sum(), top), color=color, s=25, label="admitted")
+        ax.scatter(
+            decided.ms[~ok],
+            np.full((~ok).sum(), top),
+            color="tab:red",
+            marker="x",
+            s=30,
+            label="rejected",
+        )
+        for b in range(0, int(held.index[-1]) + 1, window_ms):
+            ax.axvline(b, color="0.75", linestyle="--", linewidth=0.8)
+        ax.set_ylim(0, top * 1.15)
+        ax.set_ylabel("ms" if tag == "gcra" else "units")
+        ax.set_title(f"{algorithm.label}: {int(ok.sum())} of {len(ok)} admitted", fontsize=10)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    axes[-1].set_xlim(max(int(decided.ms.iloc[0]) - 200, 0), held.index[-1])
+    axes[-1].set_xlabel("time (ms); dashed: window boundaries")
+    fig.suptitle(f"What each algorithm stores, and what it admits: limit {limit} per {window_s} s")
+    fig.tight_layout()
+    return fig
