@@ -17,7 +17,6 @@ import importlib
 import json
 import math
 import re
-import string
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,16 +101,6 @@ class Card:
         return f"{self.number}. {self.title}"
 
 
-def _fill(template: str, values: dict[str, Any], where: str) -> str:
-    """A template whose fields are record names, filled with the records' quoted texts."""
-    texts = {name: value["text"] for name, value in values.items()}
-    fields = {field for _, field, _, _ in string.Formatter().parse(template) if field}
-    missing = sorted(fields - texts.keys())
-    if missing:
-        raise KeyError(f"{where} quotes {missing}, which its chapter does not record")
-    return template.format(**texts)
-
-
 def cards(records_dir: Path = RECORDS_DIR) -> list[Card]:
     """A card per chapter of `records.CHAPTERS`, in reading order.
 
@@ -142,7 +131,7 @@ def cards(records_dir: Path = RECORDS_DIR) -> list[Card]:
                 stem=stem,
                 number=int(stem[:2]),
                 title=module.TITLE,
-                headline=_fill(module.HEADLINE, stored["values"], where),
+                headline=records.fill(module.HEADLINE, stored["values"], where),
                 reading=reading(notebook),
                 figure=f"figures/{stem}.png",
                 run=stored.get("run") or {},

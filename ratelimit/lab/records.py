@@ -136,7 +136,10 @@ class Chapter:
 # ---------------------------------------------------------------- the README's parts
 
 
-def _fill(template: str, values: dict[str, Any], where: str) -> str:
+def fill(template: str, values: dict[str, Any], where: str) -> str:
+    """A template whose fields are record names, filled with the records' quoted texts
+    (`values` as a records file holds them); KeyError naming `where` for a field that
+    is not recorded."""
     texts = {name: v["text"] for name, v in values.items()}
     fields = {f for _, f, _, _ in string.Formatter().parse(template) if f}
     missing = sorted(fields - texts.keys())
@@ -160,14 +163,14 @@ def readme_blocks(directory: Path = NOTEBOOKS_DIR / RECORDS_DIR) -> dict[str, st
         where = f"ratelimit.lab.chapters.{CHAPTERS[chapter]}"
         title = f"{number}. {module.TITLE}"
         table.append(
-            f"| [{title}](notebooks/{chapter}.ipynb) | {_fill(module.SUMMARY, values, where)} |"
+            f"| [{title}](notebooks/{chapter}.ipynb) | {fill(module.SUMMARY, values, where)} |"
         )
         gallery.append(
             f"| ![{module.TITLE}](notebooks/figures/{chapter}.png) "
-            f"| **{title}.** {_fill(module.HEADLINE, values, where)} |"
+            f"| **{title}.** {fill(module.HEADLINE, values, where)} |"
         )
         for marker, template in getattr(module, "README_BLOCKS", {}).items():
-            blocks[marker] = _fill(template, values, where)
+            blocks[marker] = fill(template, values, where)
     return {"chapters": "\n".join(table), "gallery": "\n".join(gallery), **blocks}
 
 

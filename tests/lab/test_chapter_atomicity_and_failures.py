@@ -524,7 +524,7 @@ def test_the_readme_texts_quote_what_the_module_computes():
     # recorded, and the in-memory race and steady client give the same numbers.
     values = records.load("04_atomicity_and_failures", RECORDS)["values"]
     for template in (atomicity.SUMMARY, atomicity.HEADLINE):
-        assert records._fill(template, values, "atomicity_and_failures")
+        assert records.fill(template, values, "atomicity_and_failures")
     recorded = {name: v["value"] for name, v in values.items()}
     concurrent, limit, rounds = recorded["concurrent"], recorded["limit"], recorded["rounds"]
     counts = atomicity.race_counts(concurrency=concurrent, limit=limit, rounds=rounds)

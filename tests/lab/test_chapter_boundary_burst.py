@@ -212,7 +212,7 @@ def test_the_readme_texts_quote_what_the_module_computes():
     # module must compute the same numbers, and every field of the texts is recorded.
     values = records.load("01_boundary_burst", RECORDS)["values"]
     for template in (bb.SUMMARY, bb.HEADLINE):
-        assert records._fill(template, values, "boundary_burst")
+        assert records.fill(template, values, "boundary_burst")
     recorded = {name: v["value"] for name, v in values.items()}
     attack = bb.attack_table()[bb.PEAK]
     assert recorded["fixed_attack_peak"] == attack["fixed window"] == 2 * bb.LIMIT

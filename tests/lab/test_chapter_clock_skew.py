@@ -227,7 +227,7 @@ def test_readme_texts_render_from_the_committed_records():
     directory = Path(__file__).resolve().parents[2] / records.NOTEBOOKS_DIR / records.RECORDS_DIR
     values = records.load("02_clock_skew", directory)["values"]
     for template in (clock_skew.SUMMARY, clock_skew.HEADLINE):
-        text = records._fill(template, values, "clock_skew")
+        text = records.fill(template, values, "clock_skew")
         assert "{" not in text and values["peak_redis"]["text"] in text
 
 

@@ -146,7 +146,7 @@ def test_bad_input_is_refused(call):
 def test_the_readme_texts_quote_what_the_module_computes():
     values = records.load("00_four_algorithms", RECORDS)["values"]
     for template in (fa.SUMMARY, fa.HEADLINE):
-        assert records._fill(template, values, "four_algorithms")
+        assert records.fill(template, values, "four_algorithms")
     recorded = {name: v["value"] for name, v in values.items()}
     table = fa.admitted_table()
     for algorithm, label in zip(fa.ORDER, LABELS, strict=True):

@@ -382,7 +382,7 @@ def test_the_readme_texts_quote_only_recorded_numbers():
 
     values = records.load("06_http_route", records.NOTEBOOKS_DIR / records.RECORDS_DIR)
     for template in (http_route.SUMMARY, http_route.HEADLINE):
-        text = records._fill(template, values["values"], "http_route")
+        text = records.fill(template, values["values"], "http_route")
         assert "{" not in text
 
 

@@ -507,9 +507,9 @@ def test_the_committed_records_are_the_stored_tables(table):
     assert {n: values[n]["text"] for n in _texts(table)} == _texts(table)
     where = "memory_per_key"
     for marker, template in memory_per_key.README_BLOCKS.items():
-        block = records._fill(template, values, where)
+        block = records.fill(template, values, where)
         assert "{" not in block.replace("storage=", ""), marker
-    member_sizes = records._fill(memory_per_key.README_BLOCKS["member-sizes"], values, where)
+    member_sizes = records.fill(memory_per_key.README_BLOCKS["member-sizes"], values, where)
     assert f"| {values['above_threshold']['text']} | skiplist |" in member_sizes
 
 

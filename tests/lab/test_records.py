@@ -108,9 +108,9 @@ def test_numpy_scalars_are_stored_as_plain_numbers(saving):
 
 def test_templates_quote_only_recorded_names():
     values = {"peak": {"text": "12"}}
-    assert records._fill("{peak} in a second", values, "here") == "12 in a second"
+    assert records.fill("{peak} in a second", values, "here") == "12 in a second"
     with pytest.raises(KeyError, match=r"here quotes \['mean'\]"):
-        records._fill("{peak} and {mean}", values, "here")
+        records.fill("{peak} and {mean}", values, "here")
 
 
 def test_blocks_are_replaced_between_their_markers_only():
