@@ -3,6 +3,7 @@ loads none of them, and the demo API runs from a fresh venv with only the `http`
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -82,11 +83,18 @@ def test_the_demo_runs_from_a_venv_with_only_the_http_extra(http_only_python, tm
                 assert time.monotonic() < deadline, "the demo did not answer within 30 s"
                 time.sleep(0.1)
         params = {"lng": 13.4, "lat": 52.5, "radius": 500}
-        statuses = [
-            httpx.get(f"{url}/within", params=params, headers={"x-api-key": "k"}).status_code
-            for _ in range(12)
-        ]
-        assert statuses == [200] * 10 + [429] * 2
+        start = time.monotonic()
+        with httpx.Client(base_url=url, headers={"x-api-key": "k"}) as client:
+            statuses = [client.get("/within", params=params).status_code for _ in range(12)]
+        elapsed = time.monotonic() - start
+        # 10 per rolling second: twelve requests inside one second get exactly ten through;
+        # on a machine slow enough to spread them wider, the window lets more in, never
+        # more than 10 per second they took.
+        assert statuses[:10] == [200] * 10 and set(statuses) <= {200, 429}
+        if elapsed < 1:
+            assert statuses == [200] * 10 + [429] * 2
+        else:
+            assert statuses.count(200) <= 10 * math.ceil(elapsed), (statuses, elapsed)
     finally:
         server.terminate()
         server.wait(timeout=10)
