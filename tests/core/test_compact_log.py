@@ -178,14 +178,13 @@ def test_a_whole_limit_at_once_spans_many_chunks(sync_client, prefix):
     assert len(sync_client.hkeys(limiter.key_for("who"))) <= 100_000 // CHUNK + 3
 
 
-def test_commands_per_check(real_redis_url, prefix):
+def test_commands_per_check(private_redis):
     """HGET, HSET and PEXPIRE to admit; HGET alone to reject, while nothing has left
-    the window and the log fits one chunk (INFO commandstats)."""
-    client = redis.Redis.from_url(real_redis_url)
+    the window and the log fits one chunk (INFO commandstats, on a server of the test's
+    own, so that no other test's commands are counted)."""
+    client = redis.Redis.from_url(private_redis.url)
     try:
-        limiter = ratelimit.sync.SlidingWindowLimiter(
-            client, 60, 10, prefix=prefix, storage="compact"
-        )
+        limiter = ratelimit.sync.SlidingWindowLimiter(client, 60, 10, storage="compact")
         limiter.check("warm-up")
 
         def calls() -> dict[str, int]:
