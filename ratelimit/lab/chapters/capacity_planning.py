@@ -96,6 +96,16 @@ class Shard:
     key_overhead_bytes: float = 64
     checks_per_s: float | None = None
 
+    def plan_options(self) -> dict[str, Any]:
+        """This shard as the keyword arguments of `capacity.plan_fleet` / `plan_scenario`,
+        so the tables and the figure plan with the same shard."""
+        return {
+            "shard_memory_bytes": self.memory_gib * 2**30,
+            "shard_checks_per_s": self.checks_per_s,
+            "headroom": self.headroom,
+            "key_overhead_bytes": self.key_overhead_bytes,
+        }
+
 
 def scenarios(
     active_keys: float,
@@ -158,10 +168,7 @@ def plans(
             window_s=window_s,
             table=table,
             us_per_check=server_time.us_per_check[a],
-            shard_memory_bytes=shard.memory_gib * 2**30,
-            shard_checks_per_s=shard.checks_per_s,
-            headroom=shard.headroom,
-            key_overhead_bytes=shard.key_overhead_bytes,
+            **shard.plan_options(),
         )
         for scenario in listed
         for a in algorithms.NAMES
@@ -404,9 +411,7 @@ def figure(
                     rate_per_key=rate,
                     bytes_per_key=per_key,
                     us_per_check=server_time.us_per_check[a],
-                    shard_memory_bytes=shard.memory_gib * 2**30,
-                    headroom=shard.headroom,
-                    key_overhead_bytes=shard.key_overhead_bytes,
+                    **shard.plan_options(),
                 ).shards
 
             here = shards_at(keys)
