@@ -18,6 +18,11 @@ real time) to every TTL: a key outlives its virtual expiry, which never changes 
 decision, because each script already ignores state that has aged out of its window.
 Unless `keep_state=True`, the replayed identities' keys (or the model's state) are
 deleted afterwards, so a replay leaves nothing behind.
+
+Speed. A reference model's replay runs compiled (`ratelimit.lab.fastreplay`): the
+same decisions and the same `model.state` afterwards as the model's own `run`, which
+property tests hold them to, tens of times faster. `compiled=False` (or
+`simulation.COMPILED = False`) replays through the model's `run` instead.
 """
 
 from __future__ import annotations
@@ -43,16 +48,23 @@ _DTYPES = (bool, np.int64, np.int64, bool)
 Columns = tuple[list, list, list, list]
 REPLAY_TTL_SLACK_MS = 3_600_000
 PROGRESS_MIN_ROWS = 100_000
+# A reference model replays compiled unless a replay says otherwise (`compiled=`).
+COMPILED = True
+# Rows per compiled call: the progress bar moves between calls.
+_COMPILED_CHUNK = 1 << 20
 
 
 @dataclass
 class _Plan:
     """The trace in decision order: row positions, whole-ms times, costs, identities."""
 
-    order: np.ndarray
+    order: np.ndarray | slice  # slice(None): the table is already in decision order
     now_ms: np.ndarray
     costs: np.ndarray
     identities: np.ndarray  # object array, one entry per row, in decision order
+    codes: np.ndarray  # identity codes 0..k-1 per row, in order of first appearance
+    uniques: np.ndarray  # the identity of each code
+    identity_keys: list[bytes]  # and as the model keys its state (`keys.identity_bytes`)
 
 
 def _plan(traffic: pd.DataFrame, limiter: Any, offsets: Mapping[int, float] | None) -> _Plan:
@@ -74,12 +86,20 @@ def _plan(traffic: pd.DataFrame, limiter: Any, offsets: Mapping[int, float] | No
     if len(costs) and hasattr(limiter, "burst") and costs.max() > limiter.burst:
         raise ValueError(f"traffic 'cost' must be <= burst ({limiter.burst})")
     # Decide in the order of the true time; ties keep the table's order.
-    order = np.argsort(traffic["time"].to_numpy(dtype=float), kind="stable")
+    order: np.ndarray | slice = np.argsort(traffic["time"].to_numpy(dtype=float), kind="stable")
+    if (order[1:] > order[:-1]).all():
+        order = slice(None)  # already in order (as generated traces are): no reshuffling
     now_ms = seconds_to_ms(times)  # as clock.to_ms does, row by row
-    identities = traffic["identity"].to_numpy(dtype=object)
-    for who in pd.unique(identities):
-        keys.identity_bytes(who)  # ValueError for an empty or non-text identity
-    return _Plan(order, now_ms[order], costs[order].astype(np.int64), identities[order])
+    identities = traffic["identity"].to_numpy(dtype=object)[order]
+    codes, uniques = pd.factorize(identities)
+    # ValueError for an empty or non-text identity (None or NaN too, which have no code).
+    identity_keys = [keys.identity_bytes(who) for who in uniques]
+    if (codes < 0).any():
+        keys.identity_bytes(identities[codes < 0][0])
+    return _Plan(
+        order, now_ms[order], costs[order].astype(np.int64), identities, codes, uniques,
+        identity_keys,
+    )  # fmt: skip
 
 
 def _result(traffic: pd.DataFrame, plan: _Plan, columns: Columns) -> pd.DataFrame:
@@ -119,9 +139,9 @@ def _driven(limiter: Any, ttl_slack_ms: int) -> tuple[Any, ManualClock]:
 
 
 def _replay_model(limiter: ReferenceLimiter, plan: _Plan, bar) -> Columns:
-    """Fast path: each identity's requests in one tight loop of the model."""
+    """Each identity's requests in one tight loop of the model's `run`."""
     n = len(plan.now_ms)
-    codes, uniques = pd.factorize(plan.identities)
+    codes = plan.codes
     by_identity = np.argsort(codes, kind="stable")
     bounds = [0, *(np.flatnonzero(np.diff(codes[by_identity])) + 1).tolist(), n]
     times, costs = plan.now_ms[by_identity].tolist(), plan.costs[by_identity].tolist()
@@ -131,7 +151,7 @@ def _replay_model(limiter: ReferenceLimiter, plan: _Plan, bar) -> Columns:
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         if lo == hi:
             continue
-        who = keys.identity_bytes(uniques[codes[by_identity[lo]]])
+        who = plan.identity_keys[codes[by_identity[lo]]]
         a, r, w, _ = limiter.run(who, times[lo:hi], costs[lo:hi])
         allowed += a
         remaining += r
@@ -144,6 +164,51 @@ def _replay_model(limiter: ReferenceLimiter, plan: _Plan, bar) -> Columns:
         column[by_identity] = values
         columns.append(column)
     return columns[0], columns[1], columns[2], np.zeros(n, dtype=bool)  # a model never degrades
+
+
+def _replay_compiled(
+    limiter: ReferenceLimiter, plan: _Plan, bar, keep_state: bool
+) -> Columns | None:
+    """The model's decisions, compiled (`fastreplay`), with the identities' state taken
+    from `limiter.state` and, when kept, put back in its format. None where the
+    compiled arithmetic could not be exact (see `fastreplay`): the model decides."""
+    from . import fastreplay  # numba loads on first use, not with the lab
+
+    if type(limiter).run is not limiter.algorithm.limiter_class("reference").run:
+        return None  # a model with its own `run`: only it knows its decisions
+    who = plan.identity_keys
+    if len(set(who)) < len(who):
+        return None  # str and bytes spellings of one identity: the model's own order
+    if len(plan.now_ms) and np.abs(plan.now_ms).max() >= fastreplay.MAX_EXACT_MS:
+        return None
+    try:
+        replayer = fastreplay.Replayer.for_model(limiter)
+    except ValueError:
+        return None
+    state = limiter.state
+    if state:
+        for code, key in enumerate(who):
+            if key in state:
+                replayer.set_state(code, state[key])
+    n = len(plan.now_ms)
+    codes = plan.codes.astype(np.int64, copy=False)
+    columns = (np.empty(n, dtype=bool), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64))
+    for lo in range(0, n, _COMPILED_CHUNK):
+        hi = min(lo + _COMPILED_CHUNK, n)
+        decided = replayer.decide(codes[lo:hi], plan.now_ms[lo:hi], plan.costs[lo:hi])
+        for column, values in zip(columns, decided, strict=True):
+            column[lo:hi] = values
+        bar.update(hi - lo)
+    if keep_state:
+        for code in replayer.seen():
+            value, key = replayer.state(code), who[code]
+            if value is None:
+                continue
+            if isinstance(value, list) and isinstance(state.get(key), list):
+                state[key][:] = value  # the log's list is changed in place, as `run` does
+            else:
+                state[key] = value
+    return columns[0], columns[1], columns[2], np.zeros(n, dtype=bool)
 
 
 def _forget(limiter: Any, identities: np.ndarray) -> list[list[str]]:
@@ -171,20 +236,27 @@ def replay(
     keep_state: bool = False,
     ttl_slack_ms: int = REPLAY_TTL_SLACK_MS,
     progress: bool | None = None,
+    compiled: bool | None = None,
 ) -> pd.DataFrame:
     """Decide every request of `traffic` with `limiter`; return the table with
     `allowed`, `remaining`, `retry_after_ms` and `degraded` (the failure policy
     decided, Redis could not be asked) added: same rows, same order.
 
     `limiter` is a reference model (`ratelimit.lab.reference`, fast) or a synchronous
-    Redis limiter (`ratelimit.sync`); use `replay_async` for the asyncio ones.
+    Redis limiter (`ratelimit.sync`); use `replay_async` for the asyncio ones. A model
+    replays compiled (`compiled=None` follows `COMPILED`) or, `compiled=False`,
+    through its own `run`: the same decisions and state either way.
     """
     if not isinstance(limiter, ReferenceLimiter) and _is_async(limiter):
         raise TypeError("an asyncio limiter needs `await replay_async(traffic, limiter)`")
     plan = _plan(traffic, limiter, offsets)
     with _progress(len(plan.now_ms), progress) as bar:
         if isinstance(limiter, ReferenceLimiter):
-            columns = _replay_model(limiter, plan, bar)
+            columns = None
+            if COMPILED if compiled is None else compiled:
+                columns = _replay_compiled(limiter, plan, bar, keep_state)
+            if columns is None:
+                columns = _replay_model(limiter, plan, bar)
         else:
             driven, clock = _driven(limiter, ttl_slack_ms)
             columns = ([], [], [], [])
@@ -193,7 +265,7 @@ def replay(
                 _append(columns, driven.check(who, cost))
                 bar.update()
     if not keep_state:
-        for batch in _forget(limiter, plan.identities):
+        for batch in _forget(limiter, plan.uniques):
             limiter.redis.delete(*batch)
     return _result(traffic, plan, columns)
 
@@ -206,6 +278,7 @@ async def replay_async(
     keep_state: bool = False,
     ttl_slack_ms: int = REPLAY_TTL_SLACK_MS,
     progress: bool | None = None,
+    compiled: bool | None = None,
 ) -> pd.DataFrame:
     """`replay` for an asyncio Redis limiter (`ratelimit.SlidingWindowLimiter` etc.)."""
     if isinstance(limiter, ReferenceLimiter) or not _is_async(limiter):
@@ -216,6 +289,7 @@ async def replay_async(
             keep_state=keep_state,
             ttl_slack_ms=ttl_slack_ms,
             progress=progress,
+            compiled=compiled,
         )
     plan = _plan(traffic, limiter, offsets)
     driven, clock = _driven(limiter, ttl_slack_ms)
@@ -226,7 +300,7 @@ async def replay_async(
             _append(columns, await driven.check(who, cost))
             bar.update()
     if not keep_state:
-        for batch in _forget(limiter, plan.identities):
+        for batch in _forget(limiter, plan.uniques):
             await limiter.redis.delete(*batch)
     return _result(traffic, plan, columns)
 

@@ -234,3 +234,21 @@ def test_degraded_decisions_are_marked():
     out = replay(trace, limiter, keep_state=True)  # (no keys to delete without Redis)
     assert out["degraded"].tolist() == [True, True] and out["allowed"].all()
     assert not replay(trace, reference.SlidingWindowLimiter(1, 10))["degraded"].any()
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_the_compiled_replay_decides_and_keeps_state_as_the_model(name):
+    """The mixed trace (late replicas, costs, bursts): compiled and through the model's
+    own `run`, the same table and the same state left in the model, starting from state
+    an earlier replay kept."""
+    trace = mixed_trace()
+    earlier, later = trace.iloc[:4_000], trace.iloc[4_000:]
+    fast, slow = getattr(reference, name)(1, 10), getattr(reference, name)(1, 10)
+    for model in (fast, slow):
+        replay(earlier, model, keep_state=True, compiled=False)
+    assert slow.state  # the later replay starts from kept state
+    out_fast = replay(later, fast, keep_state=True)
+    out_slow = replay(later, slow, keep_state=True, compiled=False)
+    pd.testing.assert_frame_equal(out_fast, out_slow)
+    assert fast.state == slow.state and list(fast.state) == list(slow.state)
+    assert 0.2 < out_fast["allowed"].mean() < 0.95
