@@ -416,9 +416,7 @@ class RateLimit:
         return any(ip in network for network in self.trusted_proxies)
 
     def _group(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-        if isinstance(ip, ipaddress.IPv6Address) and self.ipv6_prefix < 128:
-            return str(ipaddress.ip_network(f"{ip}/{self.ipv6_prefix}", strict=False))
-        return str(ip)
+        return keys.address_identity(ip, self.ipv6_prefix)
 
     def limiter_identity(self, identity: ClientIdentity) -> str:
         """What the limiter is asked about: the scope and the identity

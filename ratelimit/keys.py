@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import re
 
 from . import algorithms, validation
@@ -81,6 +82,25 @@ def make_key(
     if readable:
         return f"{prefix}:{algorithm}:{readable_excerpt(identity)}:{tag}"
     return f"{prefix}:{algorithm}:{tag}"
+
+
+def address_identity(
+    address: str | ipaddress.IPv4Address | ipaddress.IPv6Address, ipv6_prefix: int = 64
+) -> str:
+    """The identity a client address counts under: an IPv4 address as itself, an IPv6
+    address as its network of `ipv6_prefix` bits (1..128; 128 keeps the address), e.g.
+    "2001:db8::/64", since one client usually holds a whole /64. An IPv4-mapped IPv6
+    address counts as its IPv4 address, and a zone ("%eth0") is dropped. Text that is
+    not an address raises ValueError."""
+    ipv6_prefix = validation.positive_int("ipv6_prefix", ipv6_prefix, 128)
+    ip = address if not isinstance(address, str) else ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        if ipv6_prefix < 128:
+            return str(ipaddress.IPv6Network((ip.packed, ipv6_prefix), strict=False))
+        return str(ipaddress.IPv6Address(ip.packed))  # without the zone
+    return str(ip)
 
 
 IDENTITY_KINDS = ("key", "address")
