@@ -492,10 +492,13 @@ def bench_case(algorithm: str) -> str:
     return f"{cls.__name__} 10k keys"
 
 
-def server_time_from_bench(path: str | Path, names: Iterable[str] = algorithms.NAMES) -> ServerTime:
+def server_time_from_bench(
+    path: str | Path, names: Iterable[str] = algorithms.NAMES, *, shown_as: str | None = None
+) -> ServerTime:
     """Server time per check of each algorithm in `names`, from the record the latest
     `make bench` wrote (`bench/record.json`): its admit case (10,000 keys, every check
-    admitted, on a key that holds nothing yet), median over its rounds."""
+    admitted, on a key that holds nothing yet), median over its rounds. The source names
+    the file as `shown_as` (default: `path` as given)."""
     record = json.loads(Path(path).read_text())
     cost = record.get("server_cost", {})
     results = cost.get("results", {})
@@ -507,7 +510,7 @@ def server_time_from_bench(path: str | Path, names: Iterable[str] = algorithms.N
         figures[algorithms.get(name).name] = float(results[case]["usec_per_check"])
     where = cost.get("server", "a Redis")
     source = (
-        f"`make bench` of {record.get('date', 'an unknown date')} ({path}): Redis "
+        f"`make bench` of {record.get('date', 'an unknown date')} ({shown_as or path}): Redis "
         f"{record.get('redis_version', '?')}, {where}, median of {cost.get('rounds', '?')} "
         f"rounds of {cost.get('checks_per_case_per_round', '?')} admitted checks, "
         "each on a key of its own"

@@ -1,0 +1,322 @@
+"""The lab's command line: `python -m ratelimit.lab COMMAND ...`.
+
+    python -m ratelimit.lab plan access.log --limit 100/min --limit 1000/h --json plan.json
+    python -m ratelimit.lab plan                     # the lab's example log, 100/min
+    python -m ratelimit.lab example-log access.log   # write the example log to keep
+
+`plan` reads an access log once and reports, for each candidate limit and algorithm,
+whom it would hurt and what Redis it needs (`ratelimit.lab.planner`, where every
+figure and the JSON document's fields are defined). Each command is one function
+`_<name>(args) -> exit status`, registered in `parser()`. Exit status: 0 done, 1 the
+log could not be read or the output not written (one line says why), 2 bad options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from ratelimit import algorithms
+
+from . import planner
+
+PROG = "python -m ratelimit.lab"
+DEFAULT_LIMIT = "100/min"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}  # fmt: skip
+
+
+class _Failed(Exception):
+    """The command could not do its work (exit status 1, one line to stderr)."""
+
+
+def _limit(text: str) -> str:
+    try:
+        planner.parse_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _size(text: str) -> float:
+    found = _SIZE.match(text)
+    if found is None or float(found[1]) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"cannot read the size {text!r}: give a number of bytes with an optional unit, "
+            "e.g. 14GiB, 512MiB, 16GB (GiB = 2**30 bytes, GB = 10**9)"
+        )
+    return float(found[1]) * _SIZE_UNITS[(found[2] or "b").lower()]
+
+
+def _headroom(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f"headroom must be a share from 0 to below 1 (0.5 keeps half free), got {text!r}"
+        )
+    return value
+
+
+def _top(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"top must be a whole number >= 0, got {text!r}")
+    return int(text)
+
+
+def _paragraphs(*texts: str) -> str:
+    return "\n\n".join(textwrap.fill(text, 79) for text in texts)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    if args.log is not None and args.example:
+        args.parser.error("give LOG or --example, not both")
+    limits = args.limit or [DEFAULT_LIMIT]
+    options = {
+        "format": args.format,
+        "identity": args.identity,
+        "cost": args.cost,
+        "time": args.time,
+        "redis_url": args.redis,
+        "measure": not args.no_measure,
+        "headroom": args.headroom,
+        "shard_memory_bytes": args.shard_memory,
+        "top": args.top,
+        "progress": False if args.no_progress else None,
+        "bench_record": args.bench_record,
+    }
+    algos = args.algorithm or list(planner.DEFAULT_ALGORITHMS)
+    if args.log is None or args.example:
+        from . import samplelog
+
+        _say(
+            ("" if args.example else "No LOG given: ")
+            + "planning the lab's example log (synthetic traffic). Give a path to plan your "
+            f"own; `{PROG} example-log FILE` writes the example to keep."
+        )
+        # Its clients are API keys (the user field), and geofence look-ups cost by radius.
+        options["identity"] = args.identity or "user"
+        options["cost"] = args.cost or samplelog.example_cost
+        with tempfile.TemporaryDirectory(prefix="ratelimit-example-") as folder:
+            path = samplelog.write_example(Path(folder) / "example.log")
+            plan = _planned(path, limits, algos, options, example=True)
+    else:
+        plan = _planned(args.log, limits, algos, options, example=False)
+    problems = plan.log.problems
+    if problems is not None:
+        _say(problems.summary())
+    print(plan.table(problems=False))
+    if args.json is not None:
+        try:
+            Path(args.json).write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
+        except OSError as exc:
+            raise _Failed(f"cannot write {args.json}: {exc.strerror or exc}") from None
+        _say(f"Wrote the plan to {args.json}")
+    return 0
+
+
+def _planned(log, limits, algos, options, *, example: bool) -> planner.LogPlan:
+    from . import accesslog
+
+    path = Path(log)
+    if not path.is_file():
+        why = "no such file" if not path.exists() else "not a file"
+        raise _Failed(f"cannot read {log}: {why}")
+    try:
+        return planner.plan_log(path, limits, algos, example=example, **options)
+    except accesslog.LogFormatError as exc:
+        raise _Failed(str(exc)) from None
+    except OSError as exc:
+        raise _Failed(f"cannot read {log}: {exc.strerror or exc}") from None
+
+
+def _example_log(args: argparse.Namespace) -> int:
+    from . import samplelog
+
+    try:
+        path = samplelog.write_example(args.out, seed=args.seed)
+    except OSError as exc:
+        raise _Failed(f"cannot write {args.out}: {exc.strerror or exc}") from None
+    _say(f"Wrote the example log to {path}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser: one subcommand per task."""
+    from . import accesslog
+
+    main = argparse.ArgumentParser(prog=PROG, description="Tools of the rate-limit lab.")
+    commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    plan = commands.add_parser(
+        "plan",
+        help="plan a limit policy on an access log: whom it hurts, what Redis it needs",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_paragraphs(
+            "Read an access log once and, for each candidate limit (--limit) and algorithm "
+            "(--algorithm), report the requests and identities it would reject, the busiest "
+            "identities affected and the most admitted to one identity in any rolling "
+            "window; then the Redis plan: keys alive at once, memory (each key at its "
+            "identity's peak, from measured bytes per key), checks per second at the peak "
+            "(not the mean), server time per check and shards with headroom.",
+            "The table goes to stdout, the log's bad lines (with their line numbers) to "
+            "stderr, and --json OUT writes everything as one JSON document (its fields are "
+            "documented in ratelimit.lab.planner).",
+        ),
+        epilog=_paragraphs(
+            "Without LOG (or with --example) it plans the lab's example log, a synthetic "
+            "Common Log Format file written to a temporary folder, and says so; its clients "
+            "are counted by API key (--identity user) and its geofence look-ups cost by "
+            "radius, unless --identity or --cost say otherwise. "
+            f"`{PROG} example-log FILE` writes the example to keep.",
+            "Server time per check is measured on the Redis at --redis (default: REDIS_URL, "
+            f"else {planner.DEFAULT_REDIS_URL}) with INFO commandstats, with a few thousand "
+            "checks on scratch keys that are deleted afterwards. If no Redis answers within "
+            "a second, or with --no-measure, it is the figure the latest `make bench` "
+            "recorded (bench/record.json). The plan says which.",
+            "Exit status: 0 done, 1 the log cannot be read or the JSON not written, 2 bad options.",
+        ),
+    )
+    plan.add_argument(
+        "log", nargs="?", metavar="LOG", help="the access log (default: the example log)"
+    )
+    plan.add_argument(
+        "--example", action="store_true", help="plan the lab's example log (the default)"
+    )
+    plan.add_argument(
+        "--limit",
+        action="append",
+        type=_limit,
+        metavar="N/WINDOW",
+        help="a candidate limit, e.g. 100/min, 10/s, 1000/10s, 50/5min (units ms, s, sec, "
+        "second, min, minute, h, hour, d, day); repeat for more (default: "
+        f"{DEFAULT_LIMIT})",
+    )
+    plan.add_argument(
+        "--algorithm",
+        action="append",
+        choices=list(algorithms.NAMES),
+        help="an algorithm to plan with: log (sliding log), fw (fixed window), swc "
+        "(sliding-window counter), gcra (token bucket); repeat for more (default: all four)",
+    )
+    plan.add_argument(
+        "--format",
+        choices=list(accesslog.FORMATS),
+        help="the log's format (default: detected)",
+    )
+    plan.add_argument(
+        "--identity",
+        metavar="FIELD",
+        help="the field that names a client, e.g. an API key or user field (default: the "
+        "client address; IPv6 clients grouped per /64)",
+    )
+    plan.add_argument(
+        "--cost",
+        metavar="FIELD",
+        help="an integer field holding each request's cost (default: every request costs 1)",
+    )
+    plan.add_argument(
+        "--time",
+        metavar="FIELD",
+        help="jsonl and csv logs: the field holding the time (default: the first of "
+        f"{', '.join(accesslog.TIME_FIELDS)} present)",
+    )
+    measure = plan.add_mutually_exclusive_group()
+    measure.add_argument(
+        "--redis",
+        metavar="URL",
+        help="the Redis to measure server time on (default: REDIS_URL, else "
+        f"{planner.DEFAULT_REDIS_URL})",
+    )
+    measure.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="do not measure; use the server time `make bench` recorded",
+    )
+    plan.add_argument(
+        "--bench-record",
+        metavar="PATH",
+        help="the `make bench` record to read server time from (default: bench/record.json "
+        "of this repository)",
+    )
+    plan.add_argument(
+        "--headroom",
+        type=_headroom,
+        default=planner.DEFAULT_SHARD.headroom,
+        metavar="SHARE",
+        help="share of each shard's memory and time kept free (default: %(default)s)",
+    )
+    plan.add_argument(
+        "--shard-memory",
+        type=_size,
+        default=planner.DEFAULT_SHARD.memory_gib * 2**30,
+        metavar="SIZE",
+        help=f"data memory of one Redis shard, e.g. 14GiB, 512MiB, 16GB (default: "
+        f"{planner.DEFAULT_SHARD.memory_gib:g}GiB)",
+    )
+    plan.add_argument(
+        "--top",
+        type=_top,
+        default=10,
+        metavar="N",
+        help="how many of the busiest affected identities to list (default: %(default)s)",
+    )
+    plan.add_argument(
+        "--json", metavar="OUT", help="also write the whole plan as one JSON document to OUT"
+    )
+    plan.add_argument(
+        "--no-progress", action="store_true", help="no progress bar while reading a long log"
+    )
+    plan.set_defaults(run=_plan, parser=plan)
+
+    example = commands.add_parser(
+        "example-log",
+        help="write the lab's example access log",
+        description="Write the lab's example access log (Common Log Format, synthetic "
+        "traffic from the lab's generators, a few malformed lines on purpose) to OUT.",
+    )
+    example.add_argument("out", metavar="OUT", help="the file to write")
+    example.add_argument(
+        "--seed", type=int, default=7, help="the random seed (default: %(default)s)"
+    )
+    example.set_defaults(run=_example_log, parser=example)
+    return main
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command. Bad options exit with status 2 and a message, as argparse does;
+    a log that cannot be read, or output that cannot be written, with status 1 and one
+    line saying why."""
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except _Failed as exc:
+        _say(f"{PROG} {args.command}: error: {exc}")
+        return 1
+    except ValueError as exc:
+        args.parser.error(str(exc))  # the command's usage and the message; exits
+    except KeyboardInterrupt:
+        _say(f"{PROG} {args.command}: interrupted")
+        return 130
+    except BrokenPipeError:  # the reader of stdout left (`... | head`): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
