@@ -32,7 +32,10 @@ README = ROOT / "README.md"
 FLOOR = "EVALSHA return 1"
 LOG = "SlidingWindowLimiter"
 NOT_MEASURED = "not measured in this run"
-PARTS = ("checks", "sync", "concurrency", "cluster", "server_cost", "memory", "nearcache", "replay")
+PARTS = (
+    "checks", "sync", "concurrency", "cluster", "server_cost", "memory", "nearcache", "replay",
+    "logplan",
+)  # fmt: skip
 
 
 # The record ---------------------------------------------------------------------------
@@ -79,6 +82,16 @@ def _nearcache(nc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _compiled(c: dict[str, Any]) -> dict[str, Any]:
+    out = _pick(c, "trace", "zipf_trace", "cloudflare")
+    out["algorithms"] = {
+        name: _pick(a, "kernel_per_s", "kernel_zipf_per_s", "replay_per_s", "model_per_s")
+        | _pick(a, "kernel_x_model", "replay_x_model", "same_decisions")
+        for name, a in c["algorithms"].items()
+    }
+    return out
+
+
 _TARGET_FIELDS = ("target", "verdict", "value", "unit", "op", "threshold", "quartiles", "skipped")
 
 
@@ -100,6 +113,10 @@ def record_of(report: dict[str, Any]) -> dict[str, Any]:
     if "replay" in report:
         record["replay"] = _pick(report["replay"], "skipped", "trace", "results")
         record["replay"] |= _pick(report["replay"], "same_decisions_as_model")
+        if "compiled" in report["replay"]:
+            record["replay"]["compiled"] = _compiled(report["replay"]["compiled"])
+    if "logplan" in report:
+        record["logplan"] = report["logplan"]
     record["targets"] = [_pick(t, *_TARGET_FIELDS) for t in report.get("targets", [])]
     return record
 
@@ -313,11 +330,49 @@ def _replay(r: dict[str, Any]) -> str:
     return f"{head}: " + ", ".join(others) + f"; {verdict}"
 
 
+def _compiled_row(c: dict[str, Any]) -> list[str]:
+    """The compiled replay's row: per algorithm, the kernel's and the end-to-end rates
+    against the Python model's, and Cloudflare's 400 million requests priced."""
+    figures = [
+        f"{name} {a['kernel_per_s'] / 1e6:.1f}M/s kernel ({a['kernel_zipf_per_s'] / 1e6:.1f}M "
+        f"on the Zipf trace), {a['replay_per_s'] / 1e6:.1f}M end to end: "
+        f"{a['kernel_x_model']:.0f}x and {a['replay_x_model']:.0f}x the Python model"
+        for name, a in c["algorithms"].items()
+    ]
+    same = all(a["same_decisions"] for a in c["algorithms"].values())
+    cf = c["cloudflare"]
+    label = f"compiled replay vs the Python reference models ({c['trace']}; {c['zipf_trace']})"
+    text = "; ".join(figures) + ("; same decisions" if same else "; decisions differ")
+    text += (
+        f"; Cloudflare's {cf['requests'] / 1e6:,.0f} million requests: "
+        f"{cf['kernel_s']:,.0f} s (kernel), {cf['replay_s']:,.0f} s end to end"
+    )
+    return [label, text]
+
+
 def _other_parts(record: dict[str, Any]) -> list[str]:
     rows = []
     nc = record.get("nearcache")
     rows += [["near-cache", NOT_MEASURED]] if nc is None else _nearcache_rows(nc)
     r = record.get("replay")
+    if r is not None and "compiled" in r:
+        rows.append(_compiled_row(r["compiled"]))
+    lp = record.get("logplan")
+    name = "access log planned end to end (`python -m ratelimit.lab plan`)"
+    if lp is None:
+        rows.append([name, NOT_MEASURED])
+    else:
+        big, small = lp["runs"]["big"], lp["runs"]["small"]
+        rows.append(
+            [
+                name,
+                f"{big['lines']:,} lines ({big['bytes'] / 1e9:.1f} GB, {lp['identities']:,} API "
+                f"keys, {lp['limit']}, four algorithms) in {big['plan_seconds']:,.0f} s, "
+                f"{_n(big['lines_per_s'])} lines/s, peak RSS {big['peak_rss_bytes'] / 2**20:,.0f} "
+                f"MiB; {small['lines']:,} lines: peak RSS {small['peak_rss_bytes'] / 2**20:,.0f} "
+                f"MiB ({lp['rss_ratio_big_to_small']:.2f}x for ten times the lines)",
+            ]
+        )
     name = "reference model replay"
     if r is None:
         rows.append([name, NOT_MEASURED])

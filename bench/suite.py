@@ -28,6 +28,7 @@ from . import (
     cluster,
     concurrency,
     hotpath,
+    logplan,
     memory_per_key,
     nearcache,
     replay,
@@ -57,6 +58,10 @@ class Options:
     # length, and fakeredis (~1,200 rows/s) would otherwise dominate the run
     redis_rows: int = 5_000
     replay_rounds: int = 3
+    # logplan: a synthetic access log of this many lines planned end to end (and one a
+    # tenth its size), with this many distinct API keys
+    logplan_lines: int = 50_000_000
+    logplan_identities: int = 100_000
     nearcache_rounds: int = 9
     nearcache_checks: int = nearcache.CHECKS_PER_ROUND
     nearcache_trace_s: int = nearcache.TRACE_SECONDS
@@ -72,6 +77,7 @@ class Options:
             "memory",
             "nearcache",
             "replay",
+            "logplan",
         }
     )
 
@@ -87,6 +93,8 @@ class Options:
             requests=5_000,
             redis_rows=300,
             replay_rounds=2,
+            logplan_lines=20_000,
+            logplan_identities=2_000,
             nearcache_rounds=2,
             nearcache_checks=300,
             nearcache_trace_s=1,
@@ -248,6 +256,9 @@ def run(options: Options | None = None, url: str | None = "auto") -> dict[str, A
     if "replay" in o.parts:
         with timer.part("replay"):
             report["replay"] = replay.run(o.replay_rounds, o.requests, o.redis_rows, url)
+    if "logplan" in o.parts:
+        with timer.part("logplan"):
+            report["logplan"] = logplan.run(o.logplan_lines, o.logplan_identities)
     report["targets"] = targets_mod.judge(report)
     report["timings_s"] = timer.seconds
     return report

@@ -82,11 +82,15 @@ def lines(report: dict[str, Any]) -> list[str]:
         out += [""] + _nearcache(report["nearcache"])
     if "replay" in report:
         r = report["replay"]
+        if "compiled" in r:
+            out += [""] + _compiled(r["compiled"], r["rounds"])
         out += ["", f"replay: {r['trace']}; median of {r['rounds']} rounds"]
         out.append(f"{'backend':40} {'decisions/s':>12} {'model x':>8}")
         for name, v in r["results"].items():
             out.append(f"{name:40} {v['decisions_per_s']:>12,.0f} {v['model_x']:>8.1f}")
         out.append(f"same decisions as the model: {r['same_decisions_as_model']}")
+    if "logplan" in report:
+        out += [""] + _logplan(report["logplan"])
     if "profile" in report:
         p = report["profile"]
         out += ["", f"cProfile of {p['checks']} sliding-log checks, 10k keys (own time per check)"]
@@ -98,6 +102,48 @@ def lines(report: dict[str, Any]) -> list[str]:
     if report.get("timings_s"):
         parts = ", ".join(f"{k} {v:.1f}" for k, v in report["timings_s"].items())
         out += ["", f"seconds per part: {parts}"]
+    return out
+
+
+def _logplan(lp: dict[str, Any]) -> list[str]:
+    """The access logs planned end to end, with each planning process's peak memory."""
+    out = [
+        f"access log planned end to end: python -m ratelimit.lab plan --limit {lp['limit']}, "
+        f"all four algorithms, {lp['identities']:,} API keys; one process per log",
+        f"{'log':6} {'lines':>12} {'GB':>6} {'seconds':>8} {'lines/s':>11} {'peak RSS MiB':>13}",
+    ]
+    for name, r in lp["runs"].items():
+        out.append(
+            f"{name:6} {r['lines']:>12,} {r['bytes'] / 1e9:>6.2f} {r['plan_seconds']:>8.1f} "
+            f"{r['lines_per_s']:>11,.0f} {r['peak_rss_bytes'] / 2**20:>13,.0f}"
+        )
+    out.append(f"peak RSS, big log / small log: {lp['rss_ratio_big_to_small']:.2f}")
+    return out
+
+
+def _compiled(c: dict[str, Any], rounds: int) -> list[str]:
+    """The compiled replay beside the Python reference models, per algorithm."""
+    out = [
+        f"compiled replay vs the Python reference models, median of {rounds} rounds, one core",
+        f"  trace: {c['trace']}",
+        f"  zipf: {c['zipf_trace']}",
+        "  kernel: prepared arrays (codes, ms, costs); replay: simulation.replay, table in "
+        "and out; model: the same replay through the Python model",
+        f"{'algorithm':10} {'kernel/s':>12} {'kernel/s zipf':>14} {'replay/s':>12} "
+        f"{'model/s':>10} {'kernel x':>9} {'replay x':>9}  same decisions",
+    ]
+    for name, a in c["algorithms"].items():
+        out.append(
+            f"{name:10} {a['kernel_per_s']:>12,.0f} {a['kernel_zipf_per_s']:>14,.0f} "
+            f"{a['replay_per_s']:>12,.0f} {a['model_per_s']:>10,.0f} "
+            f"{a['kernel_x_model']:>9.1f} {a['replay_x_model']:>9.1f}  {a['same_decisions']}"
+        )
+    cf = c["cloudflare"]
+    out.append(
+        f"Cloudflare's {cf['requests']:,} requests through the sliding log at these rates: "
+        f"{cf['kernel_s']:,.1f} s (kernel), {cf['replay_s']:,.1f} s (replay, end to end), "
+        f"{cf['model_s']:,.0f} s (Python model)"
+    )
     return out
 
 

@@ -25,6 +25,13 @@ same-round ratios):
 Memory: the compact exact log <= 12 bytes per admitted unit at every measured size
 from 128 units up (128, 129, 1,000, 10,000, 100,000).
 
+Replay: the compiled replay decides >= 10 million requests a second on one core for
+every algorithm (the slower of the bench's two traces), with the Python reference
+models' decisions.
+
+Access logs: planning a log takes bounded memory: the planning process's peak RSS on
+the big log (50 million lines) is <= 1.5x its peak on a log a tenth that size.
+
 The exact-log targets judge the default `SlidingWindowLimiter`; each storage of the
 log is reported beside it (INFO), or skipped with the reason when this build lacks it.
 Every row has a verdict: PASS, FAIL, SKIP (not measured here, with the reason) or
@@ -37,6 +44,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from ratelimit import algorithms
 
 from . import rounds
 from .checks import (
@@ -64,6 +73,8 @@ O1_SERVER = {  # x the INCR + PEXPIRE floor, admit
     "SlidingWindowCounterLimiter": 1.6,
 }
 COMPACT_BYTES = 12.0  # per admitted unit
+REPLAY_MILLIONS = 10.0  # compiled replay, million decisions per second, one core
+LOGPLAN_RSS_RATIO = 1.5  # peak RSS planning a log, over planning a tenth of it
 COMPACT = "compact"
 MEMORY_SIZES = (128, 129, 1_000, 10_000, 100_000)  # judged from 128 units up
 
@@ -507,6 +518,59 @@ def _memory_targets(memory: dict[str, Any]) -> list[dict]:
     return out
 
 
+# Replay --------------------------------------------------------------------------------
+
+
+def _replay_targets(replay: dict[str, Any]) -> list[dict]:
+    compiled = replay.get("compiled")
+    if compiled is None:
+        return []
+    rows = []
+    for name, a in compiled["algorithms"].items():
+        each = [v / 1e6 for v in a["kernel_slower_per_s"]]
+        label = algorithms.get(name).label
+        row = {
+            "target": f"compiled replay, {label}: decisions per second on one core "
+            "(the slower trace)",
+            "value": statistics.median(each),
+            "unit": "M/s",
+            "quartiles": _quartiles(each),
+        }
+        rows.append(_judged(row, REPLAY_MILLIONS))
+    same = [name for name, a in compiled["algorithms"].items() if a["same_decisions"]]
+    total = len(compiled["algorithms"])
+    ok = len(same) == total
+    rows.append(
+        {
+            "target": "compiled replay decides as the Python reference models, bench trace",
+            "value": len(same),
+            "unit": f"/{total} algorithms identical",
+            "op": "==",
+            "threshold": total,
+            "verdict": "PASS" if ok else "FAIL",
+            "pass": ok,
+        }
+    )
+    return rows
+
+
+def _logplan_targets(lp: dict[str, Any]) -> list[dict]:
+    big, small = lp["runs"]["big"], lp["runs"]["small"]
+    row = {
+        "target": f"planning an access log in bounded memory: peak RSS at {big['lines']:,} "
+        f"lines over {small['lines']:,}",
+        "value": lp["rss_ratio_big_to_small"],
+        "unit": "x",
+    }
+    speed = {
+        "target": f"access log planned end to end, {big['lines']:,} lines "
+        f"({big['peak_rss_bytes'] / 2**20:,.0f} MiB peak RSS)",
+        "value": big["lines_per_s"] / 1e6,
+        "unit": "M lines/s",
+    }
+    return [_judged(row, LOGPLAN_RSS_RATIO, "<="), _judged(speed, None)]
+
+
 def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Every target the report has figures for (a SKIP row with the reason otherwise)."""
     from . import concurrency  # here: concurrency may build its rows with _ratio_row
@@ -525,4 +589,8 @@ def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
         rows += _nearcache_targets(report["nearcache"])
     if "memory" in report:
         rows += _memory_targets(report["memory"])
+    if "replay" in report and "skipped" not in report["replay"]:
+        rows += _replay_targets(report["replay"])
+    if "logplan" in report:
+        rows += _logplan_targets(report["logplan"])
     return rows

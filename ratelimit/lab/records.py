@@ -48,6 +48,7 @@ CHAPTERS = {
     "04_atomicity_and_failures": "atomicity_and_failures",
     "05_algorithms_and_capacity": "algorithms_and_capacity",
     "06_http_route": "http_route",
+    "07_your_traffic": "your_traffic",
 }
 
 

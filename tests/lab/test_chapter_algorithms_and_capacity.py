@@ -489,10 +489,22 @@ def test_scenarios_derive_memory_and_checks_from_one_traffic(chapter_plans, serv
         assert plan.checks_per_s == pytest.approx(named[name].checks_per_second())
         usable = 1e6 / server_time.us_per_check[a] * 0.5
         assert plan.shards_for_checks == math.ceil(round(plan.checks_per_s / usable, 9))
-    # Every key full is bound by checks for every algorithm, the log too.
+    # Every key full: the O(1) algorithms are sized by their checks; the log by the larger
+    # of its checks and its memory, which the findings name.
     full_shards = planning.shards_by_algorithm(plans, planning.FULL)
-    assert all(plans[(planning.FULL, a)].shards_for_checks == n for a, n in full_shards.items())
-    assert min(full_shards[a] for a in ("fw", "swc", "gcra")) > 2
+    o1 = ("fw", "swc", "gcra")
+    assert all(plans[(planning.FULL, a)].shards_for_checks == full_shards[a] for a in o1)
+    assert min(full_shards[a] for a in o1) > 2
+    log = plans[(planning.FULL, "log")]
+    assert full_shards["log"] == max(log.shards_for_checks, log.shards_for_memory)
+    found = dict(
+        (n, v) for n, v, _, _ in planning.findings(plans, named, server_time, 1_000, 3_600)
+    )
+    bound = {True: "its checks", False: "its memory"}[log.shards_for_checks > log.shards_for_memory]
+    if log.shards_for_checks == log.shards_for_memory:
+        bound = "checks and memory alike"
+    assert found["full_log_bound"] == bound
+    assert found["full_log_check_shards"] == log.shards_for_checks
 
 
 def test_plan_table_and_policy_sweep(chapter_plans, table, server_time):

@@ -106,8 +106,9 @@ HEADLINE = (
     "{steady_per_minute} requests a minute ({steady_checks} checks/s): "
     "{steady_log_shards} shards of {shard_gib} GiB for a sliding log, {steady_o1_shards} "
     "for the fixed window, counter or GCRA. Every key full, each sending its whole budget "
-    "({full_checks} checks/s): {full_log_shards} vs {full_o1_shards}, bound by checks; "
-    "the log's {full_log_memory} alone would need {full_log_memory_shards}."
+    "({full_checks} checks/s): {full_log_shards} vs {full_o1_shards}, the others sized by "
+    "their checks; the log's {full_log_memory} alone would need {full_log_memory_shards} "
+    "shards, its checks {full_log_check_shards}."
 )
 
 LABELS: Mapping[str, str] = {a.name: a.label for a in algorithms.ALGORITHMS}

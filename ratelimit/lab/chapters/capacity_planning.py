@@ -267,7 +267,16 @@ def findings(
         ("full_o1_shards", span([shards[FULL][a] for a in _O1]), "", "every key full: O(1)"),
         ("full_log_memory", format_bytes(full_log.memory_bytes), "", "full: the log's memory"),
         ("full_log_memory_shards", full_log.shards_for_memory, "d", "full: shards, log memory"),
+        ("full_log_check_shards", full_log.shards_for_checks, "d", "full: shards, log checks"),
+        ("full_log_bound", _bound(full_log), "", "full: what sizes the log, checks or memory"),
     ]
+
+
+def _bound(plan: capacity.CapacityPlan) -> str:
+    """What decides a plan's shards: "its checks", "its memory", or both alike."""
+    if plan.shards_for_checks == plan.shards_for_memory:
+        return "checks and memory alike"
+    return "its checks" if plan.shards_for_checks > plan.shards_for_memory else "its memory"
 
 
 def summary(found: Iterable[Finding]) -> str:
@@ -278,7 +287,8 @@ def summary(found: Iterable[Finding]) -> str:
         f"sliding log, {q['steady_o1_shards']} for the others.\n"
         f"Every key full ({q['full_checks']} checks/s): {q['full_log_shards']} shards for the "
         f"sliding log, {q['full_o1_shards']} for the others; the log's {q['full_log_memory']} "
-        f"alone would need {q['full_log_memory_shards']}."
+        f"alone would need {q['full_log_memory_shards']}, its checks alone "
+        f"{q['full_log_check_shards']}: the log is sized by {q['full_log_bound']}."
     )
 
 

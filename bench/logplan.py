@@ -1,0 +1,78 @@
+"""A big access log planned end to end: `python -m ratelimit.lab plan` on a synthetic
+Common Log Format file of `lines` lines, and on one a tenth its size, each in a process
+of its own.
+
+Reported per log: lines, seconds, lines per second, and the planning process's peak
+resident memory (`ru_maxrss` of that child alone, from `os.wait4`). Memory is bounded
+when the big log's peak is about the small log's, although it has ten times the lines:
+the ratio of the two peaks is the figure to read. The logs are written by
+`samplelog.write_large` into a scratch folder and deleted afterwards; the plan must count
+every line of each as a request, or the part fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ratelimit.lab import samplelog
+
+LIMIT = "100/min"
+
+
+def _plan(log: Path, out: Path) -> dict[str, Any]:
+    """One `plan` run in a child process: its wall time, peak RSS and the plan itself."""
+    command = [
+        sys.executable, "-m", "ratelimit.lab", "plan", str(log), "--limit", LIMIT,
+        "--identity", "user", "--no-measure", "--no-progress", "--json", str(out),
+    ]  # fmt: skip
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    errors = child.stderr.read().decode(errors="replace") if child.stderr else ""
+    if child.returncode != 0:
+        raise RuntimeError(f"plan failed ({child.returncode}): {errors.strip()[-500:]}")
+    plan = json.loads(out.read_text())
+    return {"seconds": seconds, "peak_rss_bytes": usage.ru_maxrss * 1024, "plan": plan}
+
+
+def run(lines: int = 50_000_000, identities: int = 100_000) -> dict[str, Any]:
+    """Plan a log of `lines` lines and one of `lines // 10`; see the module doc."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-logplan-"))
+    results: dict[str, Any] = {"limit": LIMIT, "identities": identities, "runs": {}}
+    try:
+        for name, size in (("small", max(lines // 10, 1)), ("big", lines)):
+            log = folder / f"{name}.log"
+            start = time.perf_counter()
+            samplelog.write_large(log, size, identities=identities)
+            written = time.perf_counter() - start
+            measured = _plan(log, folder / f"{name}.json")
+            requests = measured["plan"]["log"]["requests"]
+            if requests != size:
+                raise RuntimeError(f"the plan counted {requests:,} requests in {size:,} lines")
+            results["runs"][name] = {
+                "lines": size,
+                "bytes": log.stat().st_size,
+                "write_seconds": round(written, 2),
+                "plan_seconds": round(measured["seconds"], 2),
+                "lines_per_s": size / measured["seconds"],
+                "peak_rss_bytes": measured["peak_rss_bytes"],
+                "identities_seen": measured["plan"]["log"]["identities"],
+            }
+            log.unlink()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    runs = results["runs"]
+    results["rss_ratio_big_to_small"] = (
+        runs["big"]["peak_rss_bytes"] / runs["small"]["peak_rss_bytes"]
+    )
+    return results

@@ -1,0 +1,388 @@
+"""Chapter 7, your traffic: an access log in, a limit policy and a Redis plan out.
+
+The chapter is the `plan` command (`ratelimit.lab.planner`) with pictures. It reads a
+log with `ratelimit.lab.accesslog` (the lab's own example log unless it is given
+another), shows how fast each identity sends, sweeps candidate limits through the four
+algorithms, sizes Redis for the chosen limit and asks how that plan moves when the
+traffic grows, and estimates what the rejection near-cache and `check_many` would save.
+
+    from ratelimit.lab.chapters import your_traffic
+    trace, problems = your_traffic.load(your_traffic.example_log())
+    your_traffic.demand(trace, window_s=60)          # per identity: requests, peak per window
+    your_traffic.near_cache(replayed)                # Redis calls a near-cache would answer
+    your_traffic.batching(trace, batch_ms=1)         # round trips check_many would save
+
+`make plan LOG=access.log LIMIT=100/min` runs the notebook on another log into build/plan/.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ratelimit import algorithms, validation
+from ratelimit.lab import accesslog, capacity, metrics, planner, samplelog
+from ratelimit.lab.memory import format_bytes
+from ratelimit.lab.plotting import COLORS
+from ratelimit.lab.timebase import seconds_to_ms
+
+# The README's chapter-table cell and gallery text, filled from the chapter's records
+# (notebooks/data/records/07_your_traffic.json) by `ratelimit.lab.records`.
+TITLE = "Your traffic"
+SUMMARY = (
+    "an access log in, a limit policy and a Redis plan out: on the lab's example log "
+    "({lines} lines, {bad_lines} bad ones reported by number) each identity's peak rate, "
+    "candidate limits through the four algorithms, shards against traffic growth, and what "
+    "the near-cache and `check_many` save; `make plan LOG=...` runs it on your log"
+)
+HEADLINE = (
+    "On the example log ({requests} requests from {identities} API keys), {over} keys "
+    "({over_share}) exceed {limit} at their peak and send {over_requests_share} of the "
+    "requests: the exact log rejects {log_rejected_share} of all requests, from "
+    "{log_identities} keys, and the four algorithms' shares lie within {spread_points} points, "
+    "but in one rolling window a key gets {fw_peak_ratio}x the limit through a fixed window "
+    "and {gcra_peak_ratio}x through GCRA. One shard carries it up to {log_second_shard}x the "
+    "traffic; the near-cache answers {near_cache_share} of the log's checks without Redis."
+)
+
+__all__ = [
+    "GROWTH",
+    "batching",
+    "demand",
+    "demand_figure",
+    "example_log",
+    "load",
+    "near_cache",
+    "overview",
+    "redis_table",
+    "sensitivity",
+    "sensitivity_figure",
+    "sweep_figure",
+    "sweep_table",
+]
+
+GROWTH = tuple(float(10 ** (k / 4)) for k in range(0, 25))
+"""Traffic multipliers of the sensitivity plot: 1x to 1,000,000x, four per decade."""
+
+
+def example_log(directory: str | Path | None = None, seed: int = 7) -> Path:
+    """The lab's example access log (`samplelog.write_example`), written into
+    `directory` (a fresh temporary folder by default) so that nothing tracked changes."""
+    folder = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="rl-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return samplelog.write_example(folder / "access.log", seed=seed)
+
+
+def load(
+    log: str | Path,
+    *,
+    format: str | None = None,
+    identity: str | None = None,
+    cost: Any = None,
+    ipv6_prefix: int = 64,
+) -> tuple[pd.DataFrame, accesslog.Problems]:
+    """The log as a trace table (sorted by time) and the report of its bad lines; IPv6
+    client addresses count per `ipv6_prefix` network (128: each address on its own)."""
+    return accesslog.read(log, format=format, identity=identity, cost=cost, ipv6_prefix=ipv6_prefix)
+
+
+def overview(trace: pd.DataFrame, problems: accesslog.Problems) -> pd.Series:
+    """What the log holds: lines, requests, identities, bad lines, first and last time."""
+    start, end = float(trace["time"].min()), float(trace["time"].max())
+    return pd.Series(
+        {
+            "lines read": f"{problems.lines:,}",
+            "requests": f"{len(trace):,}",
+            "identities": f"{trace['identity'].nunique():,}",
+            "bad lines (skipped)": f"{problems.skipped:,}",
+            "out of order beyond the reorder window": f"{problems.late:,}",
+            "total cost": f"{int(trace['cost'].sum()):,}",
+            "first request (UTC)": pd.Timestamp(start, unit="s").strftime("%Y-%m-%d %H:%M:%S"),
+            "last request (UTC)": pd.Timestamp(end, unit="s").strftime("%Y-%m-%d %H:%M:%S"),
+        },
+        name="the log",
+    )
+
+
+def demand(trace: pd.DataFrame, window_s: float) -> pd.DataFrame:
+    """Per identity, what it asks for: `requests`, `cost` (their total), `peak` (the most
+    cost it sent in any rolling window (t - W, t], the demand a limit is compared
+    with), and `mean` (its cost per window averaged over the whole log). Sorted by
+    peak, busiest first."""
+    window_s = validation.positive("window_s", window_s)
+    if trace.empty:
+        raise ValueError("the trace holds no requests")
+    asked = trace.assign(allowed=True)  # every request counted: demand, not admissions
+    table = metrics.per_identity(asked, window_seconds=window_s)
+    span_s = max(float(trace["time"].max() - trace["time"].min()), window_s)
+    out = pd.DataFrame(
+        {
+            "requests": table["requests"],
+            "cost": table["admitted_cost"],
+            "peak": table["max_admitted_in_window"],
+            "mean": table["admitted_cost"] * window_s / span_s,
+        }
+    )
+    return out.sort_values(["peak", "requests"], ascending=False, kind="stable")
+
+
+def demand_figure(table: pd.DataFrame, limits: Sequence[int], window_s: float) -> Figure:
+    """Left: the share of identities whose peak per window reaches x (each candidate
+    limit marked). Right: the share of all requests sent by the busiest identities."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    peaks = np.sort(table["peak"].to_numpy())
+    share = 1.0 - np.arange(len(peaks)) / len(peaks)  # share with a peak >= peaks[i]
+    left.step(peaks, share, where="post", color="black")
+    for limit in limits:
+        above = float((peaks > limit).mean())
+        left.axvline(limit, color="tab:red", alpha=0.4, linestyle="--")
+        left.text(
+            limit,
+            0.03,
+            f" {limit}: {above:.1%} above",
+            transform=left.get_xaxis_transform(),  # x in data, y in axes fractions
+            fontsize=8,
+            rotation=90,
+            va="bottom",
+            ha="right",
+            color="tab:red",
+        )
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.set_xlabel(f"peak cost in one rolling {window_s:g} s window")
+    left.set_ylabel("share of identities with at least that peak")
+    left.set_title("How fast each identity sends")
+    by_size = np.sort(table["requests"].to_numpy())[::-1]
+    top = np.arange(1, len(by_size) + 1) / len(by_size)
+    right.plot(top, np.cumsum(by_size) / by_size.sum(), color="black")
+    right.set_xscale("log")
+    right.set_xlabel("busiest share of identities")
+    right.set_ylabel("share of all requests")
+    right.set_title("Who sends the traffic")
+    right.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def near_cache(replayed: pd.DataFrame) -> dict[str, Any]:
+    """What the rejection near-cache (`near_cache=True`) would answer without Redis on
+    a replayed log (a log or fixed-window replay, where the cache is exact): after
+    Redis rejects an identity at cost c with retry T, every further request of that
+    identity at cost c before T has passed is answered locally; an admission or a
+    different cost goes to Redis. Returns the requests, the Redis calls left and the
+    share saved."""
+    needed = ["time", "identity", "cost", "allowed", "retry_after_ms"]
+    missing = [c for c in needed if c not in replayed.columns]
+    if missing:
+        raise ValueError(f"replayed is missing column(s) {missing}")
+    ms = seconds_to_ms(replayed["time"].to_numpy())
+    order = np.lexsort((ms, pd.factorize(replayed["identity"])[0]))
+    who = replayed["identity"].to_numpy()[order]
+    t, cost = ms[order], replayed["cost"].to_numpy()[order]
+    allowed, retry = (
+        replayed["allowed"].to_numpy()[order],
+        replayed["retry_after_ms"].to_numpy()[order],
+    )
+    saved = 0
+    current, until, cached_cost = None, None, None
+    for i in range(len(t)):
+        if who[i] != current:
+            current, until, cached_cost = who[i], None, None
+        if until is not None and cost[i] == cached_cost and t[i] < until:
+            if allowed[i]:  # the cache is exact: Redis cannot have admitted this one
+                raise ValueError(
+                    "a request the cache would reject was admitted: not an exact replay"
+                )
+            saved += 1
+            continue
+        until, cached_cost = (None, None) if allowed[i] else (t[i] + int(retry[i]), cost[i])
+    requests = len(t)
+    return {
+        "requests": requests,
+        "redis_calls": requests - saved,
+        "saved": saved,
+        "saved_share": saved / requests if requests else 0.0,
+    }
+
+
+def batching(peak_checks_per_s: float, batch_ms: float, growth: Sequence[float]) -> pd.DataFrame:
+    """Round trips per second at the peak if one process gathered the checks that start
+    within the same `batch_ms` into one `check_many` call, for the peak rate times each
+    `growth`.
+
+    A model, not a replay: access logs stamp whole seconds, too coarse to see which
+    requests arrive within a millisecond of each other, so arrivals within the peak
+    second are taken as Poisson. A slot of `batch_ms` then holds at least one check with
+    probability 1 - exp(-rate * batch_ms / 1000), and each such slot is one round trip.
+    """
+    rate = validation.non_negative("peak_checks_per_s", peak_checks_per_s)
+    batch = validation.positive("batch_ms", batch_ms)
+    rows = []
+    for g in growth:
+        checks = rate * validation.positive("growth", g)
+        slots = 1000.0 / batch
+        trips = slots * -np.expm1(-checks / slots)
+        rows.append(
+            {
+                "growth": g,
+                "checks/s at the peak": checks,
+                "round trips/s with check_many": trips,
+                "round trips saved": 1 - trips / checks if checks else 0.0,
+            }
+        )
+    return pd.DataFrame(rows).set_index("growth")
+
+
+# ---------------------------------------------------------------- the sweep and the plan
+
+
+def sweep_table(plan: planner.LogPlan) -> pd.DataFrame:
+    """One row per candidate limit and algorithm: the share of requests rejected, the
+    share of identities rejected at least once, and the peak admitted to one identity
+    in one rolling window against the limit."""
+    rows = [
+        {
+            "limit": c.limit_text,
+            "per window": c.limit,
+            "algorithm": c.algorithm,
+            "rejected": c.rejected,
+            "rejected share": c.rejected / c.requests if c.requests else 0.0,
+            "identities rejected": c.identities_rejected,
+            "identities share": c.identities_rejected / c.identities if c.identities else 0.0,
+            "peak admitted / limit": c.peak_admitted / c.limit,
+            "refused (cost > limit)": c.refused,
+        }
+        for c in plan.candidates
+    ]
+    return pd.DataFrame(rows)
+
+
+def sweep_figure(table: pd.DataFrame) -> Figure:
+    """Share of requests (left) and of identities (right) rejected, per candidate
+    limit, one line per algorithm."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
+    for name, rows in table.groupby("algorithm", sort=False):
+        rows = rows.sort_values("per window")
+        label = algorithms.get(name).label
+        for ax, column in zip(axes, ("rejected share", "identities share"), strict=True):
+            ax.plot(
+                rows["per window"], 100 * rows[column], marker="o", label=label, color=COLORS[name]
+            )
+    for ax, what in zip(axes, ("requests", "identities rejected at least once"), strict=True):
+        ax.set_xscale("log")
+        ax.set_xlabel(f"candidate limit (per {_window_text(table)})")
+        ax.set_ylabel(f"% of {what}")
+        ax.grid(alpha=0.3)
+    axes[0].set_title("Requests rejected")
+    axes[1].set_title("Identities hurt")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _window_text(table: pd.DataFrame) -> str:
+    texts = table["limit"].str.split("/", n=1).str[1].unique()
+    return texts[0] if len(texts) == 1 else "window"
+
+
+def redis_table(plan: planner.LogPlan, limit_text: str) -> pd.DataFrame:
+    """The Redis plan of each algorithm (a column) at candidate `limit_text`: keys alive
+    at once, memory, checks per second at the peak, server time per check and shards."""
+    rows = {}
+    for c in plan.candidates:
+        if c.limit_text != limit_text or c.redis is None:
+            continue
+        r = c.redis
+        rows[c.label] = {
+            "keys alive at once": r.keys,
+            "bytes per key": round(r.bytes_per_key, 1),
+            "memory": format_bytes(r.memory_bytes),
+            "checks/s at the peak": r.peak_checks_per_s,
+            "checks/s on average": round(r.mean_checks_per_s, 1),
+            "us per check": None if r.us_per_check is None else round(r.us_per_check, 1),
+            "Redis CPU (cores)": None if r.redis_cpu_cores is None else r.redis_cpu_cores,
+            "shards for memory": r.shards_for_memory,
+            "shards for checks": r.shards_for_checks,
+            "shards": r.shards,
+        }
+    if not rows:
+        raise ValueError(f"the plan has no candidate {limit_text!r} that reaches Redis")
+    return pd.DataFrame(rows)
+
+
+def sensitivity(
+    plan: planner.LogPlan, limit_text: str, growth: Sequence[float] = GROWTH
+) -> pd.DataFrame:
+    """Shards each algorithm needs at `limit_text` if the traffic were `growth` times
+    this log's: as many more identities, each sending as it does here (keys, memory and
+    peak checks all scale), on the plan's shard and server time. One row per growth."""
+    shard = plan.shard.plan_options()
+    rows = []
+    for c in plan.candidates:
+        if c.limit_text != limit_text or c.redis is None or c.redis.us_per_check is None:
+            continue
+        r = c.redis
+        for g in growth:
+            keys = max(1, round(r.keys * g))
+            fleet = capacity.plan_fleet(
+                c.algorithm,
+                active_keys=keys,
+                rate_per_key=r.peak_checks_per_s * g / keys,
+                bytes_per_key=r.bytes_per_key - shard["key_overhead_bytes"],
+                us_per_check=r.us_per_check,
+                **shard,
+            )
+            rows.append(
+                {
+                    "algorithm": c.algorithm,
+                    "growth": g,
+                    "keys": keys,
+                    "memory_bytes": fleet.memory_bytes,
+                    "checks_per_s": fleet.checks_per_s,
+                    "shards_for_memory": fleet.shards_for_memory,
+                    "shards_for_checks": fleet.shards_for_checks,
+                    "shards": fleet.shards,
+                }
+            )
+    if not rows:
+        raise ValueError(f"no candidate {limit_text!r} has a server time per check to plan with")
+    return pd.DataFrame(rows)
+
+
+def first_growth_needing(table: pd.DataFrame, shards: int) -> pd.Series:
+    """Per algorithm, the smallest growth of `sensitivity` at which it needs at least
+    `shards` shards (NaN if none in the table)."""
+    over = table[table["shards"] >= shards]
+    found = over.groupby("algorithm", sort=False)["growth"].min()
+    return found.reindex(table["algorithm"].unique())
+
+
+def sensitivity_figure(table: pd.DataFrame, limit_text: str) -> Figure:
+    """Shards against traffic growth, one line per algorithm (left); memory and checks
+    per second against growth (right), to show which of the two decides."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, rows in table.groupby("algorithm", sort=False):
+        label = algorithms.get(name).label
+        left.step(rows["growth"], rows["shards"], where="post", label=label, color=COLORS[name])
+        right.plot(rows["growth"], rows["memory_bytes"] / 2**30, color=COLORS[name], label=label)
+    left.set_xscale("log")
+    left.set_xlabel("traffic as a multiple of this log's")
+    left.set_ylabel("Redis shards")
+    left.set_title(f"Shards at {limit_text}")
+    left.legend(fontsize=8)
+    left.grid(alpha=0.3)
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("traffic as a multiple of this log's")
+    right.set_ylabel("memory (GiB)")
+    right.set_title("Memory of all keys")
+    right.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

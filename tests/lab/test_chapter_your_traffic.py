@@ -1,0 +1,159 @@
+"""Chapter 7's module: the demand per identity, the near-cache and batching estimates,
+and the tables and sensitivity it builds on the planner, each against an independent
+count."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from ratelimit import sync  # noqa: E402
+from ratelimit.backends import connect_sync  # noqa: E402
+from ratelimit.clock import ManualClock  # noqa: E402
+from ratelimit.lab import planner, reference, samplelog  # noqa: E402
+from ratelimit.lab.chapters import your_traffic as yt  # noqa: E402
+from ratelimit.lab.simulation import replay  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _trace(rows: list[tuple[float, str, int]]) -> pd.DataFrame:
+    times, who, cost = zip(*rows, strict=True)
+    return pd.DataFrame(
+        {"time": times, "identity": who, "cost": np.array(cost, dtype=np.int64), "replica": 0}
+    )
+
+
+def _hammering(seed: int = 3) -> pd.DataFrame:
+    """Three identities: one far above 5 per second, one near it, one far below."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for who, rate in (("hammer", 40.0), ("near", 6.0), ("calm", 1.0)):
+        t = np.cumsum(rng.exponential(1 / rate, size=int(rate * 20)))
+        rows += [(round(float(x), 3), who, 1) for x in t if x < 20]
+    rows.sort()
+    return _trace(rows)
+
+
+def test_demand_is_each_identitys_busiest_window_counted_by_brute_force():
+    trace = _trace(
+        [(0.0, "a", 1), (0.5, "a", 2), (0.9, "b", 1), (1.0, "a", 1), (1.6, "a", 1), (3.0, "b", 4)]
+    )
+    table = yt.demand(trace, window_s=1)
+    ms = (trace["time"] * 1000).round().astype(int)
+    for who in ("a", "b"):
+        mine = trace[trace["identity"] == who]
+        stamps = ms[mine.index].to_numpy()
+        costs = mine["cost"].to_numpy()
+        # (t - W, t] at every stamp t: the busiest window ends on a request
+        brute = max(costs[(stamps > t - 1000) & (stamps <= t)].sum() for t in stamps)
+        assert table.loc[who, "peak"] == brute
+        assert table.loc[who, "requests"] == len(mine)
+    assert list(table.index) == ["b", "a"]  # busiest peak first: 4 (one request of cost 4), 3
+    assert table.loc["a", "peak"] == 3  # 0.5 s (cost 2) and 1.0 s; 0.0 s is out at t = 1.0
+    with pytest.raises(ValueError, match="no requests"):
+        yt.demand(trace.iloc[:0], window_s=1)
+
+
+@pytest.mark.parametrize("algorithm", ["log", "fw"])
+def test_near_cache_estimate_equals_the_hits_of_a_real_near_cache(algorithm):
+    trace = _hammering()
+    models = {"log": reference.SlidingWindowLimiter, "fw": reference.FixedWindowLimiter}
+    classes = {"log": sync.SlidingWindowLimiter, "fw": sync.FixedWindowLimiter}
+    estimate = yt.near_cache(replay(trace, models[algorithm](1, 5)))
+    clock = ManualClock()
+    client = connect_sync(None, embedded=True)
+    limiter = classes[algorithm](client, 1, 5, clock=clock, near_cache=True)
+    for t, who in zip(trace["time"], trace["identity"], strict=True):
+        clock.set_ms(int(round(t * 1000)))
+        limiter.check(who)
+    assert estimate["saved"] == limiter.near_cache.hits > 0
+    assert estimate["redis_calls"] == len(trace) - estimate["saved"]
+
+
+def test_near_cache_refuses_a_replay_the_cache_could_not_have_given():
+    trace = _hammering()
+    decided = replay(trace, reference.SlidingWindowLimiter(1, 5))
+    rejected = np.flatnonzero(~decided["allowed"].to_numpy())
+    tampered = decided.copy()
+    tampered.loc[rejected[1:], "allowed"] = True  # admitted inside a cached rejection
+    with pytest.raises(ValueError, match="not an exact replay"):
+        yt.near_cache(tampered)
+
+
+def test_batching_model_matches_poisson_arrivals_counted_slot_by_slot():
+    rng = np.random.default_rng(5)
+    rate, seconds = 2_000.0, 50
+    arrivals_ms = np.floor(np.cumsum(rng.exponential(1000 / rate, size=int(rate * seconds))))
+    slots_per_s = len(np.unique(arrivals_ms[arrivals_ms < seconds * 1000])) / seconds
+    model = yt.batching(rate, 1, growth=[1])
+    assert model.loc[1, "round trips/s with check_many"] == pytest.approx(slots_per_s, rel=0.02)
+    grown = yt.batching(rate, 1, growth=[1, 10, 100])
+    assert grown["round trips saved"].is_monotonic_increasing
+    assert (grown["round trips/s with check_many"] <= 1000).all()  # one trip per slot at most
+    with pytest.raises(ValueError, match="batch_ms"):
+        yt.batching(rate, 0, growth=[1])
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    log = yt.example_log(tmp_path_factory.mktemp("example"))
+    trace, problems = yt.load(log, identity="user", cost=samplelog.example_cost)
+    plan = planner.plan_trace(
+        trace, ["50/min", "100/min"], server_time=planner.choose_server_time(measure=False)
+    )
+    return log, trace, problems, plan
+
+
+def test_example_log_lands_where_asked_and_loads_with_its_bad_lines(example, tmp_path):
+    log, trace, problems, _ = example
+    assert log.name == "access.log" and log.exists()
+    assert problems.skipped == len(samplelog.EXAMPLE_BAD_LINES) + 1
+    facts = yt.overview(trace, problems)
+    assert facts["requests"] == f"{len(trace):,}"
+    assert facts["bad lines (skipped)"] == str(problems.skipped)
+
+
+def test_sweep_table_carries_the_planners_counts(example):
+    _, trace, _, plan = example
+    table = yt.sweep_table(plan)
+    assert len(table) == 2 * 4
+    row = table[(table["limit"] == "100/min") & (table["algorithm"] == "log")].iloc[0]
+    decided = replay(trace, reference.SlidingWindowLimiter(60, 100), compiled=False)
+    assert row["rejected"] == (~decided["allowed"]).sum()
+    assert row["rejected share"] == pytest.approx(row["rejected"] / len(trace))
+    fig = yt.sweep_figure(table)
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 4
+
+
+def test_redis_table_and_sensitivity_scale_the_plan(example):
+    _, _, _, plan = example
+    table = yt.redis_table(plan, "100/min")
+    assert list(table.columns) == [
+        "sliding log",
+        "fixed window",
+        "sliding-window counter",
+        "GCRA (token bucket)",
+    ]
+    growth = yt.sensitivity(plan, "100/min", growth=[1, 10, 1_000, 100_000])
+    for c in plan.candidates:
+        if c.limit_text != "100/min":
+            continue
+        rows = growth[growth["algorithm"] == c.algorithm].set_index("growth")
+        assert rows.loc[1, "shards"] == c.redis.shards  # growth 1 is the plan itself
+        assert rows.loc[1000, "checks_per_s"] == pytest.approx(1000 * c.redis.peak_checks_per_s)
+        assert rows["shards"].is_monotonic_increasing
+    first = yt.first_growth_needing(growth, 2)
+    assert (first <= 100_000).all()  # 100,000x the example's traffic needs more than one
+    with pytest.raises(ValueError, match="no candidate"):
+        yt.sensitivity(plan, "7/min")
+    yt.sensitivity_figure(growth, "100/min")
