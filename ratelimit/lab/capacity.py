@@ -87,7 +87,8 @@ def _share(name: str, value: Any) -> float:
     return value
 
 
-def _headroom(value: Any) -> float:
+def headroom_share(value: Any) -> float:
+    """`value` as the share of a shard kept free: a number in [0, 1), else ValueError."""
     value = validation.number("headroom", value)
     if not 0 <= value < 1:
         raise ValueError(f"headroom must be >= 0 and < 1 (a share kept free), got {value!r}")
@@ -230,7 +231,7 @@ def shards_needed(demand: float, capacity_per_shard: float, headroom: float = 0.
     Demand and capacity in the same unit (bytes, or checks per second)."""
     demand = validation.non_negative("demand", demand)
     usable = validation.positive("capacity_per_shard", capacity_per_shard) * (
-        1 - _headroom(headroom)
+        1 - headroom_share(headroom)
     )
     # Rounded first, so that 0.1 * 3 / 0.3 style float noise does not add a shard.
     return max(1, math.ceil(round(demand / usable, 9)))
@@ -248,7 +249,7 @@ def keys_per_shard(
     """The most active keys one shard carries within its headroom: the smaller of what
     fits its memory and what its checks per second allow (no rate limit on keys that
     send nothing: then memory alone decides)."""
-    free = 1 - _headroom(headroom)
+    free = 1 - headroom_share(headroom)
     per_key = validation.positive("bytes_per_key", bytes_per_key) + validation.non_negative(
         "key_overhead_bytes", key_overhead_bytes
     )
@@ -278,6 +279,33 @@ class CapacityPlan:
     keys_per_shard: int  # the most active keys one shard carries within the headroom
 
 
+@dataclass(frozen=True)
+class Shard:
+    """One Redis of the cluster: its data memory, the share of memory and time kept
+    free, the per-key bookkeeping `MEMORY USAGE` leaves out, and optionally an
+    end-to-end ceiling in checks per second you measured (None: the server time per
+    check alone decides, one thread busy at most 100%)."""
+
+    memory_gib: float = 14
+    headroom: float = 0.5
+    key_overhead_bytes: float = 64
+    checks_per_s: float | None = None
+
+    def plan_options(self) -> dict[str, Any]:
+        """This shard as the keyword arguments of `capacity.plan_fleet` / `plan_scenario`,
+        so the tables and the figure plan with the same shard."""
+        return {
+            "shard_memory_bytes": self.memory_gib * 2**30,
+            "shard_checks_per_s": self.checks_per_s,
+            "headroom": self.headroom,
+            "key_overhead_bytes": self.key_overhead_bytes,
+        }
+
+
+DEFAULT_SHARD = Shard()
+"""A 14 GiB shard with half of it kept free and 64 B of bookkeeping per key."""
+
+
 def plan_fleet(
     algorithm: str,
     *,
@@ -304,7 +332,7 @@ def plan_fleet(
     algorithm = algorithms.get(algorithm).name
     keys = validation.count("active_keys", active_keys)
     rate = validation.non_negative("rate_per_key", rate_per_key)
-    headroom = _headroom(headroom)
+    headroom = headroom_share(headroom)
     memory = fleet_memory_bytes(keys, bytes_per_key, key_overhead_bytes=key_overhead_bytes)
     checks = checks_per_second(keys, rate)
     if commands_per_check is None:

@@ -56,7 +56,7 @@ The Redis plan of a candidate:
   `capacity.server_time_from_bench`); `server_time.kind` says which, and `note` why
   a measurement was not used. With neither, the plan says so and leaves the
   check-bound figures out (null).
-- Shards: `capacity.plan_fleet` with the chapter 5 shard (`capacity_planning.Shard`:
+- Shards: `capacity.plan_fleet` with the chapter 5 shard (`capacity.Shard`:
   `shard_memory_bytes` of data memory, `headroom` kept free, 64 bytes of per-key
   overhead): enough shards for the memory and for the checks, whichever needs more.
 
@@ -114,7 +114,6 @@ from ratelimit import algorithms as registry
 from ratelimit import validation
 
 from . import capacity
-from .chapters.capacity_planning import Shard
 from .memory import format_bytes
 from .timebase import seconds_to_ms
 
@@ -140,7 +139,7 @@ __all__ = [
 
 DEFAULT_ALGORITHMS: tuple[str, ...] = registry.NAMES
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-DEFAULT_SHARD = Shard()
+DEFAULT_SHARD = capacity.DEFAULT_SHARD
 """Chapter 5's shard: 14 GiB of data, half kept free, 64 bytes of per-key overhead."""
 _REPO = Path(__file__).resolve().parents[2]
 _CHECK_WINDOW_MS = 1_000  # checks per second: the most in any rolling second
@@ -599,7 +598,7 @@ class LogPlan:
 
     log: LogSummary
     server_time: ServerTimeChoice
-    shard: Shard
+    shard: capacity.Shard
     memory_table: str
     candidates: tuple[CandidatePlan, ...]
     top: int = 10  # how many of the busiest affected identities each candidate lists
@@ -715,7 +714,7 @@ def plan_trace(
     shard = dataclasses.replace(
         DEFAULT_SHARD,
         memory_gib=validation.positive("shard_memory_bytes", shard_memory_bytes) / 2**30,
-        headroom=capacity._headroom(headroom),  # checked before the log is read
+        headroom=capacity.headroom_share(headroom),  # checked before the log is read
     )
     table, table_name = _memory_table(memory_table)
     fits_of = sorted({c.limit for c in candidates})
@@ -885,7 +884,7 @@ def _finish(
     log: LogSummary,
     table: pd.DataFrame,
     server_time: ServerTimeChoice,
-    shard: Shard,
+    shard: capacity.Shard,
     top: int,
 ) -> CandidatePlan:
     n = len(requests)
@@ -940,7 +939,7 @@ def _redis_plan(
     log: LogSummary,
     table: pd.DataFrame,
     server_time: ServerTimeChoice,
-    shard: Shard,
+    shard: capacity.Shard,
 ) -> RedisPlan:
     per_key = _key_bytes(table, cand.algorithm, peaks)
     heaviest = np.sort(per_key)[::-1][:keys]

@@ -31,6 +31,7 @@ import pandas as pd
 from ratelimit import algorithms
 
 from .. import capacity, memory
+from ..capacity import Shard
 from ..memory import format_bytes
 from ..plotting import COLORS, parameters_of
 
@@ -84,29 +85,6 @@ def bench_server_time(path: str | Path = BENCH_RECORD) -> capacity.ServerTime:
     return capacity.server_time_from_bench(path)
 
 
-@dataclass(frozen=True)
-class Shard:
-    """One Redis of the cluster: its data memory, the share of memory and time kept
-    free, the per-key bookkeeping `MEMORY USAGE` leaves out, and optionally an
-    end-to-end ceiling in checks per second you measured (None: the server time per
-    check alone decides, one thread busy at most 100%)."""
-
-    memory_gib: float = 14
-    headroom: float = 0.5
-    key_overhead_bytes: float = 64
-    checks_per_s: float | None = None
-
-    def plan_options(self) -> dict[str, Any]:
-        """This shard as the keyword arguments of `capacity.plan_fleet` / `plan_scenario`,
-        so the tables and the figure plan with the same shard."""
-        return {
-            "shard_memory_bytes": self.memory_gib * 2**30,
-            "shard_checks_per_s": self.checks_per_s,
-            "headroom": self.headroom,
-            "key_overhead_bytes": self.key_overhead_bytes,
-        }
-
-
 def scenarios(
     active_keys: float,
     rate_per_key: float,
@@ -156,7 +134,7 @@ def plans(
     limit: int,
     window_s: float,
     server_time: capacity.ServerTime,
-    shard: Shard = Shard(),
+    shard: Shard = capacity.DEFAULT_SHARD,
 ) -> dict[tuple[str, str], capacity.CapacityPlan]:
     """A plan per scenario and algorithm: {(scenario name, tag): CapacityPlan}."""
     listed = named.values() if isinstance(named, Mapping) else named
@@ -242,7 +220,7 @@ def findings(
     server_time: capacity.ServerTime,
     limit: int,
     window_s: float,
-    shard: Shard = Shard(),
+    shard: Shard = capacity.DEFAULT_SHARD,
 ) -> list[Finding]:
     """The numbers section 7 and the README quote, from the plans of the two scenarios
     (`scenarios`): (record name, value, format, what), in the order they are quoted."""
@@ -333,7 +311,7 @@ def policy_sweep(
     active_keys: int,
     rate_per_key: float,
     server_time: capacity.ServerTime,
-    shard: Shard = Shard(),
+    shard: Shard = capacity.DEFAULT_SHARD,
     policies: Mapping[str, tuple[int, int]] = POLICY_SWEEP,
     peak_factor: float = 1.0,
 ) -> pd.DataFrame:
