@@ -211,15 +211,16 @@ def _replay_compiled(
     return columns[0], columns[1], columns[2], np.zeros(n, dtype=bool)
 
 
-def _forget(limiter: Any, identities: np.ndarray) -> list[list[str]]:
-    """Drop a model's state for these identities, or list a Redis limiter's keys to
-    delete, in batches."""
-    unique = pd.unique(identities)
+def _forget(limiter: Any, plan: _Plan) -> list[list[str]]:
+    """Drop a model's state for the replayed identities, or list a Redis limiter's keys
+    to delete, in batches."""
     if isinstance(limiter, ReferenceLimiter):
-        for who in unique:
-            limiter.state.pop(keys.identity_bytes(who), None)
+        state = limiter.state
+        if state:  # the plan already holds each identity as the model keys it
+            for key in plan.identity_keys:
+                state.pop(key, None)
         return []
-    stale = [limiter.key_for(who) for who in unique]
+    stale = [limiter.key_for(who) for who in plan.uniques]
     return [stale[i : i + 1000] for i in range(0, len(stale), 1000)]
 
 
@@ -265,7 +266,7 @@ def replay(
                 _append(columns, driven.check(who, cost))
                 bar.update()
     if not keep_state:
-        for batch in _forget(limiter, plan.uniques):
+        for batch in _forget(limiter, plan):
             limiter.redis.delete(*batch)
     return _result(traffic, plan, columns)
 
@@ -300,7 +301,7 @@ async def replay_async(
             _append(columns, await driven.check(who, cost))
             bar.update()
     if not keep_state:
-        for batch in _forget(limiter, plan.uniques):
+        for batch in _forget(limiter, plan):
             await limiter.redis.delete(*batch)
     return _result(traffic, plan, columns)
 
