@@ -1345,11 +1345,7 @@ def _bar(total_bytes: int, progress: bool | None):
     RATELIMIT_PROGRESS=0), counting bytes, and only for long reads unless asked."""
     if progress is None and total_bytes < PROGRESS_MIN_BYTES:
         progress = False
-    bar = simulation._progress(total_bytes, progress)
-    bar.unit, bar.unit_scale, bar.unit_divisor = "B", True, 1024
-    if not bar.disable:
-        bar.refresh()
-    return bar
+    return simulation._progress(total_bytes, progress, unit="B", unit_scale=True, unit_divisor=1024)
 
 
 def read(path: str | Path, **options: Any) -> tuple[pd.DataFrame, Problems]:

@@ -111,8 +111,9 @@ def _result(traffic: pd.DataFrame, plan: _Plan, columns: Columns) -> pd.DataFram
     return out
 
 
-def _progress(total: int, progress: bool | None):
-    """A tqdm bar for long replays, silent under pytest/nbval or RATELIMIT_PROGRESS=0."""
+def _progress(total: int, progress: bool | None, **units: Any):
+    """A tqdm bar for long replays, silent under pytest/nbval or RATELIMIT_PROGRESS=0;
+    `units` are tqdm's (`unit="B", unit_scale=True` for bytes; requests by default)."""
     if progress is None:
         progress = (
             total >= PROGRESS_MIN_ROWS
@@ -127,7 +128,7 @@ def _progress(total: int, progress: bool | None):
         return silent(total=total, disable=True)
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit="req", leave=False)
+    return tqdm(total=total, leave=False, **({"unit": "req"} | units))
 
 
 def _driven(limiter: Any, ttl_slack_ms: int) -> tuple[Any, ManualClock]:
