@@ -782,6 +782,9 @@ async def _checks(limiters: Mapping[str, Any], identity: str) -> list[dict[str, 
     return rows
 
 
+_WARM_UP = "warm-up"
+
+
 async def outage_steps(
     lab: Lab, limiters: Mapping[str, Any], phases: Mapping[str, int]
 ) -> pd.DataFrame:
@@ -791,6 +794,12 @@ async def outage_steps(
     if list(phases) != ["running", "stopped", "running again"]:
         raise ValueError(f"phases must be running, stopped, running again: {list(phases)}")
     clock, rows, step = next(iter(limiters.values())).clock, [], 0
+    # The first script call loads the script (on the embedded backend it also starts the
+    # Lua runtime), which on a busy machine can outlast a short timeout: it is made here,
+    # untimed, on a copy with a long timeout, and its key is deleted again.
+    for limiter in limiters.values():
+        await limiter.with_options(timeout=30.0).check(_WARM_UP)
+        await limiter.redis.delete(limiter.key_for(_WARM_UP))
     for phase, checks in phases.items():
         if phase != "running":
             lab.target.set_down(phase == "stopped")
