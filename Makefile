@@ -100,6 +100,10 @@ lock: | $(UV)
 
 # test: pytest over tests/ plus the notebooks under nbval strict; "no tests collected" (exit 5) counts as success.
 test: setup
+	@# The lab's compiled kernels (numba) are built here, once, by planning the example log: the
+	@# two test workers then load them from the cache instead of compiling beside timed tests.
+	$(VPY) -m ratelimit.lab plan --no-measure --no-progress > /dev/null 2> $(VENV)/.plan-warm-up.log \
+	  || { cat $(VENV)/.plan-warm-up.log; exit 1; }
 	$(VPY) -m pytest -p no:cacheprovider tests \
 	  $(if $(TEST_NOTEBOOKS),--nbval --nbval-current-env $(XDIST_ARGS) $(TEST_NOTEBOOKS)) \
 	  $(PYTEST_ARGS); \
