@@ -74,6 +74,15 @@ def _slot(off, cap, head, k, j):
 
 
 @njit(cache=True)
+def _unwrap(off, cap, head, k, n, keys, vals, to_keys, to_vals, start):
+    """Copy the first `n` pairs of identity k's ring, in order, to `start` onwards."""
+    for j in range(n):
+        s = _slot(off, cap, head, k, j)
+        to_keys[start + j] = keys[s]
+        to_vals[start + j] = vals[s]
+
+
+@njit(cache=True)
 def _make_room(k, need, off, cap, head, size, keys, vals, top):
     """Give identity k a ring of at least `need` pairs, moving its pairs (False: the
     pool is full, nothing changed)."""
@@ -85,10 +94,7 @@ def _make_room(k, need, off, cap, head, size, keys, vals, top):
     start = top[0]
     if start + new_cap > keys.shape[0]:
         return False
-    for j in range(size[k]):
-        s = _slot(off, cap, head, k, j)
-        keys[start + j] = keys[s]
-        vals[start + j] = vals[s]
+    _unwrap(off, cap, head, k, size[k], keys, vals, keys, vals, start)
     off[k] = start
     cap[k] = new_cap
     head[k] = 0
@@ -123,10 +129,7 @@ def _compact(off, cap, head, size, new_caps, keys, vals, new_keys, new_vals):
             head[k] = 0
             continue
         new_cap = new_caps[k]
-        for j in range(n):
-            s = _slot(off, cap, head, k, j)
-            new_keys[top + j] = keys[s]
-            new_vals[top + j] = vals[s]
+        _unwrap(off, cap, head, k, n, keys, vals, new_keys, new_vals, top)
         off[k] = top
         cap[k] = new_cap
         head[k] = 0
