@@ -40,6 +40,8 @@ IDENTITY    ?=
 FORMAT      ?=
 PLAN_DIR    ?= build/plan
 CLUSTER_DIR ?= build/cluster
+CLUSTER_REPLICAS ?= 0
+SENTINEL_DIR ?= build/sentinel
 
 # Recipes see the venv's tools (jupyter, ruff, the kernel's python) before the system's.
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
@@ -58,6 +60,7 @@ export UV_LINK_MODE ?= copy
 .DEFAULT_GOAL := help
 .PHONY: help setup lock test run refresh plan lab serve bench bench-record lint clean
 .PHONY: cluster-up cluster-down
+.PHONY: sentinel-up sentinel-down
 
 # help: list the targets.
 help:
@@ -72,7 +75,10 @@ help:
 	@echo "make bench-record  copy the latest build/bench/results.json into bench/record.json and re-render README.md's benchmark tables"
 	@echo "make lint    ruff check ratelimit bench tests tools"
 	@echo "make cluster-up    start a local 3-master Redis Cluster; prints its URL, PIDs in $(CLUSTER_DIR)/state.json"
+	@echo "                   (CLUSTER_REPLICAS=1: one replica per master, attached and in sync)"
 	@echo "make cluster-down  stop exactly the PIDs cluster-up recorded and remove $(CLUSTER_DIR)/"
+	@echo "make sentinel-up   start a local primary + replica + 3 Sentinels; prints its URL, PIDs in $(SENTINEL_DIR)/state.json"
+	@echo "make sentinel-down stop exactly the PIDs sentinel-up recorded and remove $(SENTINEL_DIR)/"
 	@echo "make lock    regenerate $(LOCK) from pyproject.toml (all extras, Python 3.11)"
 	@echo "make clean   remove .venv, build/ and caches"
 
@@ -155,13 +161,21 @@ bench: setup
 bench-record: setup
 	$(VPY) -m bench --record
 
-# cluster-up: a local Redis Cluster (3 masters, free loopback ports) that stays up; a no-op if it runs.
+# cluster-up: a local Redis Cluster (3 masters, CLUSTER_REPLICAS replicas each, free loopback ports) that stays up; a no-op if it runs.
 cluster-up: setup
-	$(VPY) -m ratelimit.devtools.cluster up --dir $(CLUSTER_DIR)
+	$(VPY) -m ratelimit.devtools.cluster up --dir $(CLUSTER_DIR) --replicas $(CLUSTER_REPLICAS)
 
 # cluster-down: stop the PIDs recorded by cluster-up (and nothing else); a no-op if none.
 cluster-down: setup
 	$(VPY) -m ratelimit.devtools.cluster down --dir $(CLUSTER_DIR)
+
+# sentinel-up: a local primary, replica and three Sentinels (free loopback ports) that stay up; a no-op if it runs.
+sentinel-up: setup
+	$(VPY) -m ratelimit.devtools.sentinel up --dir $(SENTINEL_DIR)
+
+# sentinel-down: stop the PIDs recorded by sentinel-up (and nothing else); a no-op if none.
+sentinel-down: setup
+	$(VPY) -m ratelimit.devtools.sentinel down --dir $(SENTINEL_DIR)
 
 # lint: ruff over the library, the tests and the tools.
 lint: setup

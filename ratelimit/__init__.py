@@ -12,6 +12,7 @@ matplotlib. The lab that simulates and measures it lives in `ratelimit.lab` (the
 
 from .backends import connect, connect_sync, is_embedded
 from .decision import Decision
+from .doctor import Finding, Report, doctor
 from .errors import RateLimiterUnavailable
 from .limiters import (
     FixedWindowLimiter,
@@ -22,12 +23,15 @@ from .limiters import (
 
 __all__ = [
     "Decision",
+    "Finding",
     "FixedWindowLimiter",
     "RateLimiterUnavailable",
+    "Report",
     "SlidingWindowCounterLimiter",
     "SlidingWindowLimiter",
     "TokenBucketLimiter",
     "connect",
     "connect_sync",
+    "doctor",
     "is_embedded",
 ]

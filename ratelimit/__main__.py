@@ -34,6 +34,30 @@ def _key(args: argparse.Namespace) -> int:
     return 0
 
 
+def _acl(args: argparse.Namespace) -> int:
+    from . import acl  # only this command needs it
+
+    print(
+        acl.rule(
+            args.prefix or ["rl"],
+            user=args.user,
+            db=args.db,
+            wait_replicas=args.wait_replicas,
+            health_check=args.health_check,
+            cluster=args.cluster,
+        )
+    )
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import doctor  # only this command needs it
+
+    report = doctor(args.url, timeout=args.timeout, clock_threshold_ms=args.clock_threshold_ms)
+    print(report)
+    return report.exit_code
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line's parser: one subcommand per task."""
     main = argparse.ArgumentParser(
@@ -70,6 +94,60 @@ def parser() -> argparse.ArgumentParser:
         "--readable-keys", action="store_true", help="the limiter has readable_keys=True"
     )
     key.set_defaults(run=_key, parser=key)
+
+    acl = commands.add_parser(
+        "acl",
+        help="print the Redis ACL rule a limiter needs",
+        description="Print the least-privilege ACL rule for limiters with key prefix "
+        "--prefix: their key pattern and only the commands they send and their scripts "
+        "call. With --user, the whole ACL SETUSER command (replace <password>).",
+    )
+    acl.add_argument(
+        "--prefix",
+        action="append",
+        help="a limiter's key prefix (default: rl); repeat it for several",
+    )
+    acl.add_argument("--user", help="print ACL SETUSER for this user name")
+    acl.add_argument("--db", type=int, default=0, help="the database the limiters use (default: 0)")
+    acl.add_argument(
+        "--wait-replicas",
+        type=int,
+        default=0,
+        help="the limiters' wait_replicas option (default: 0; more adds +wait)",
+    )
+    acl.add_argument(
+        "--health-check",
+        action="store_true",
+        help="the URL sets health_check_interval (redis-py then sends PING: adds +ping)",
+    )
+    acl.add_argument(
+        "--cluster",
+        action="store_true",
+        help="for a Redis Cluster (adds +cluster|slots +command; set it on every node)",
+    )
+    acl.set_defaults(run=_acl, parser=acl)
+
+    doctor = commands.add_parser(
+        "doctor",
+        help="check the Redis a limiter uses, and warn on risky settings",
+        description="Report what matters for rate limits on the Redis at URL (default: "
+        "REDIS_URL, else the embedded fakeredis): version, maxmemory and its policy, "
+        "persistence, replication, cluster mode, the offset between this host's clock "
+        "and Redis's, and whether the scripts load. Exit status: 0 all ok, 1 warnings, "
+        "2 errors or Redis unreachable.",
+    )
+    doctor.add_argument("url", nargs="?", metavar="URL", help="a redis://, rediss:// or "
+                        "redis+cluster:// URL")  # fmt: skip
+    doctor.add_argument(
+        "--timeout", type=float, default=2.0, help="seconds to wait for Redis (default: 2)"
+    )
+    doctor.add_argument(
+        "--clock-threshold-ms",
+        type=float,
+        default=50.0,
+        help="warn when the clocks differ by more (default: 50)",
+    )
+    doctor.set_defaults(run=_doctor, parser=doctor)
     return main
 
 

@@ -10,21 +10,41 @@ from typing import Any
 
 import redis.exceptions
 
+from . import acl, nearcache
 from . import clock as clocks
-from . import nearcache
-from .cluster_client import guarded
+from .backends import is_embedded
+from .cluster_client import guarded, is_cluster
 from .decision import Decision
 from .errors import RateLimiterUnavailable
 from .policy import Policy
-from .scripts import source
+from .scripts import for_client
+from .validation import non_negative_int
 
 log = logging.getLogger("ratelimit")
 
 # What "Redis could not answer" looks like: refused or dropped connections, replies
-# that are errors (OOM, READONLY, LOADING...), and timeouts.
-UNAVAILABLE = (redis.exceptions.RedisError, OSError, TimeoutError)
+# that are errors (OOM, READONLY, LOADING...), and timeouts; and a cluster client that
+# reaches no node at all (redis-py raises RedisClusterException, not a RedisError).
+UNAVAILABLE = (
+    redis.exceptions.RedisError,
+    redis.exceptions.RedisClusterException,
+    OSError,
+    TimeoutError,
+)
 
 DEGRADED_RETRY_AFTER_MS = 1000
+
+MAX_WAIT_REPLICAS = 100  # more replicas than any deployment has: a configuration slip
+
+
+class NotReplicated(redis.exceptions.RedisError):
+    """An admit that fewer replicas acknowledged (WAIT) than `wait_replicas` asked."""
+
+
+def admits(reply: Any) -> bool:
+    """True when a script's raw reply admits the request (see lua/prelude.lua)."""
+    return reply >= 0 if type(reply) is int else bool(int(reply[0]))
+
 
 _monotonic = time.monotonic  # the near-cache's clock under clock="redis" (tests replace it)
 
@@ -33,17 +53,31 @@ class LimiterBase(Policy):
     """A policy bound to a Redis client and its algorithm's Lua script."""
 
     def __init__(
-        self, redis: Any, *args: Any, near_cache: bool | int = False, **kwargs: Any
+        self,
+        redis: Any,
+        *args: Any,
+        near_cache: bool | int = False,
+        wait_replicas: int = 0,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.redis = redis
+        self._options["wait_replicas"] = wait_replicas
+        self.wait_replicas = self._validate_wait(redis, wait_replicas)
+        # WAIT's own timeout: a third of the check's. Redis notices a WAIT's timeout
+        # at its `hz` rate (up to 100 ms late by default), and a check that meets
+        # NOSCRIPT sends two WAITs; both must end before the check's own timeout, so
+        # that a replica that does not acknowledge is reported as such (WAIT's count).
+        self._wait_ms = max(1, int(self.timeout * 1000 / 3))
         # Opt-in local memory of rejections (see ratelimit.nearcache); None when off.
         size = nearcache.max_entries(near_cache)
         self._options["near_cache"] = near_cache
         self.near_cache = (
             None if size is None else nearcache.NearCache(self.algorithm, self.limit, size)
         )
-        self._script = self._client_for_script(redis).register_script(source(self.algorithm.script))
+        self._script = self._client_for_script(redis).register_script(
+            for_client(self.algorithm.script, redis)  # a real Redis gets the shebang; see scripts
+        )
         # The hot path calls EVALSHA on the client itself (see `_call`) with the
         # constant arguments already encoded, and reads the host's clock directly.
         self._client = self._script.registered_client
@@ -55,9 +89,71 @@ class LimiterBase(Policy):
         # The radixes of a one-integer reply (lua/prelude.lua).
         self._limit_base = self.max_remaining() + 1
         self._retry_base = 2 * self.window_ms + 1
+        if self.wait_replicas:  # chosen once here: the default path has no extra test
+            self._call = self._call_waiting  # type: ignore[attr-defined]
+        # A cluster sends a waiting check to the key's master itself (cluster_client).
+        self._on_cluster = is_cluster(self._client)
 
     def _rebuild(self, options: dict[str, Any]) -> Any:
         return type(self)(self.redis, **options)
+
+    @staticmethod
+    def _validate_wait(redis: Any, wait_replicas: Any) -> int:
+        value = non_negative_int("wait_replicas", wait_replicas, MAX_WAIT_REPLICAS)
+        if value and is_embedded(redis):
+            raise ValueError(
+                "wait_replicas needs a real Redis with replicas: the embedded fakeredis has "
+                "none (its WAIT always answers 0), so every admit would fail"
+            )
+        return value
+
+    def _wait_command(self) -> tuple[Any, ...]:
+        """The WAIT that follows a check's script on the same connection."""
+        return ("WAIT", self.wait_replicas, self._wait_ms)
+
+    def _replication_error(self, reply: Any, acked: Any) -> Exception | None:
+        """Why a script's reply, followed by WAIT's `acked`, is not a decision: the
+        script's own error, or an admit acknowledged by fewer replicas than asked (a
+        rejection wrote nothing that matters, so it stands); None when it is one."""
+        if isinstance(reply, Exception):
+            return reply
+        if not admits(reply):
+            return None
+        if isinstance(acked, Exception):
+            return NotReplicated(f"WAIT failed after an admit: {acked}")
+        if acked < self.wait_replicas:
+            return NotReplicated(
+                f"WAIT: {acked} of {self.wait_replicas} replicas acknowledged "
+                f"within {self._wait_ms} ms"
+            )
+        return None
+
+    def _replicated(self, reply: Any, acked: Any) -> Any:
+        """`reply`, or raise what `_replication_error` finds."""
+        error = self._replication_error(reply, acked)
+        if error is not None:
+            raise error
+        return reply
+
+    def _judged(self, pairs: list[tuple[Any, Any]]) -> list[Any]:
+        """Each (reply, WAIT's count) of a batch as a reply or its NotReplicated; any
+        other error is raised, as a batch without WAIT would."""
+        replies = [self._replication_error(reply, acked) or reply for reply, acked in pairs]
+        for reply in replies:
+            if isinstance(reply, Exception) and not isinstance(reply, NotReplicated):
+                raise reply
+        return replies
+
+    def _decisions(
+        self, replies: list[Any], batch: list[tuple[list[str], list[Any]]]
+    ) -> list[Decision]:
+        """A batch's decisions when some replies may be errors (NotReplicated)."""
+        return [
+            self._unavailable(reply)
+            if isinstance(reply, Exception)
+            else self._decision(reply, args[0])
+            for reply, (_, args) in zip(replies, batch, strict=True)
+        ]
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, on_error={self.on_error!r})"
@@ -136,7 +232,7 @@ class LimiterBase(Policy):
 
     def _unavailable(self, exc: BaseException, what: str | None = None) -> Decision:
         """Apply the failure policy when Redis could not answer."""
-        what = what or f"{type(exc).__name__}: {exc}"
+        what = what or acl.describe(exc, self._script.script, self.prefix)  # names ACL refusals
         if self.on_error == "raise":
             raise RateLimiterUnavailable(f"rate limiter could not reach Redis: {what}") from exc
         log.warning("rate limiter degraded (on_error=%s): %s", self.on_error, what)

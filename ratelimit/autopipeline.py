@@ -13,6 +13,13 @@ Each check keeps its own reply, its own timeout and its own failure policy (the
 limiter's `check` applies them around the future it awaits). Decisions are those of
 the same checks in sequence: Redis runs a pipeline's scripts one after another in
 the order they were queued, which is the order the checks were made.
+
+When a limiter with `wait_replicas` has a check in the batch, one `WAIT` follows the
+batch's scripts on the same connection (it covers every write before it there):
+the most replicas any of them asks for, within the shortest of their WAIT timeouts.
+Each such limiter's admits are then held to its own `wait_replicas`; the checks of
+limiters without it get the decisions they would get alone (after that WAIT). On a
+Redis Cluster each waiting check goes on its own, with its WAIT, to its key's node.
 """
 
 from __future__ import annotations
@@ -35,12 +42,13 @@ Entry = tuple[Any, list[Any], list[Any], asyncio.Future]
 
 
 class _Batch:
-    __slots__ = ("loop", "entries", "deadline")
+    __slots__ = ("loop", "entries", "deadline", "waiting")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.entries: list[Entry] = []
         self.deadline = 0.0  # loop time by which every caller has given up
+        self.waiting = False  # a check of a limiter with wait_replicas is in it
 
 
 class AutoPipeline:
@@ -86,6 +94,16 @@ class AutoPipeline:
             self._open = None  # full: the next check opens another batch
         return future
 
+    def submit_waiting(self, limiter: Any, keys: list[Any], args: list[Any]) -> asyncio.Future:
+        """`submit` for a limiter with `wait_replicas`: its batch ends with a WAIT."""
+        batch = self._open
+        future = self.submit(limiter, keys, args)
+        if batch is None or batch.loop is not asyncio.get_running_loop():
+            batch = self._open  # the one `submit` just opened (MAX_BATCH > 1)
+        assert batch is not None
+        batch.waiting = True
+        return future
+
     async def _flush(self, batch: _Batch) -> None:
         if self._open is batch:
             self._open = None
@@ -101,9 +119,9 @@ class AutoPipeline:
                 if len(entries) == 1:
                     await _single(entries[0])
                 elif self._cluster:
-                    await _cluster(entries)
+                    await _cluster(entries, batch.waiting)
                 else:
-                    await _plain(entries)
+                    await _plain(entries, batch.waiting)
         except asyncio.CancelledError:
             for entry in entries:
                 entry[3].cancel()
@@ -143,15 +161,18 @@ async def _single(entry: Entry) -> None:
 _EVALSHA, _RELOAD, _EVAL = range(3)
 
 
-async def _plain(entries: list[Entry]) -> None:
+async def _plain(entries: list[Entry], waiting: bool = False) -> None:
     retried = False
+    wait: tuple[Any, ...] | None = None
     for stage in (_EVALSHA, _RELOAD, _EVAL):
         while True:
             entries = [e for e in entries if not e[3].done()]  # none for who gave up
             if not entries:
                 return
+            if waiting:
+                wait = _wait_for(entries)
             try:
-                replies = await _pipeline(entries, stage)
+                replies = await _pipeline(entries, stage, wait)
                 break
             except redis.exceptions.ConnectionError:
                 # As `_run`: a pooled connection closed by a restart fails on first
@@ -161,6 +182,13 @@ async def _plain(entries: list[Entry]) -> None:
                 if retried:
                     raise
                 retried = True
+        if wait is not None:
+            *replies, acked = replies
+            # The admits of a waiting limiter count only once enough replicas have them.
+            replies = [
+                e[0]._replication_error(r, acked) or r if e[0].wait_replicas else r
+                for e, r in zip(entries, replies, strict=True)
+            ]
         missing = []
         for entry, reply in zip(entries, replies, strict=True):
             if stage != _EVAL and isinstance(reply, redis.exceptions.NoScriptError):
@@ -170,9 +198,24 @@ async def _plain(entries: list[Entry]) -> None:
         entries = missing
 
 
-async def _pipeline(entries: list[Entry], stage: int) -> list[Any]:
-    """One round trip: the entries' script calls; their replies in order, errors in
-    place."""
+def _wait_for(entries: list[Entry]) -> tuple[Any, ...] | None:
+    """The WAIT for these entries: the most replicas any asks for, within the
+    shortest of their WAIT timeouts; None when none of them asks."""
+    waiting = [e[0] for e in entries if e[0].wait_replicas]
+    if not waiting:
+        return None
+    return (
+        "WAIT",
+        max(limiter.wait_replicas for limiter in waiting),
+        min(limiter._wait_ms for limiter in waiting),
+    )
+
+
+async def _pipeline(
+    entries: list[Entry], stage: int, wait: tuple[Any, ...] | None = None
+) -> list[Any]:
+    """One round trip: the entries' script calls, then `wait` if any; their replies
+    in order (WAIT's count last), errors in place."""
     commands: list[tuple[Any, ...]] = []
     if stage == _RELOAD:
         bodies = {e[0]._script.sha: e[0]._script.script for e in entries}
@@ -183,8 +226,10 @@ async def _pipeline(entries: list[Entry], stage: int) -> list[Any]:
             commands.append(("EVAL", script.script, len(keys), *keys, *args))
         else:
             commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+    if wait is not None:
+        commands.append(wait)
     replies = await _send(entries[0][0]._client, commands)
-    return replies[len(commands) - len(entries) :]
+    return replies[len(commands) - len(entries) - (wait is not None) :]
 
 
 async def _send(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
@@ -238,13 +283,18 @@ def _packed(conn: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
     return [b"".join(out)]
 
 
-async def _cluster(entries: list[Entry]) -> None:
+async def _cluster(entries: list[Entry], waiting: bool = False) -> None:
     """One pipeline per node and script, at once; each group is answered as soon as
     its node replies, so a stalled or lost node holds up only its own checks."""
+    if waiting:  # a waiting check needs its own connection to its node: one by one
+        alone = [e for e in entries if e[0].wait_replicas]
+        entries = [e for e in entries if not e[0].wait_replicas]
+        waits = [_single(entry) for entry in alone]
     groups: dict[tuple[Any, str], list[Entry]] = {}
     for entry in entries:
         groups.setdefault((_node(entry), entry[0]._script.sha), []).append(entry)
-    await asyncio.gather(*(_cluster_group(group) for group in groups.values()))
+    batches = [_cluster_group(group) for group in groups.values()]
+    await asyncio.gather(*batches, *(waits if waiting else ()))
 
 
 def _node(entry: Entry) -> Any:

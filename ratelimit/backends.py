@@ -16,6 +16,21 @@ start while one node is down. Options are redis-py's (as in a `redis://` URL); a
 other than `/0` is an error, since a cluster has only database 0. For such a URL
 `connect()` returns a `redis.asyncio.RedisCluster` and `connect_sync()` a
 `redis.RedisCluster`, with the same timeouts as for a single server.
+
+A primary with replicas watched by Redis Sentinel is named by the Sentinels:
+
+    redis+sentinel://[[user]:[password]@]host:port[,host:port...]/service_name[/db][?option=value&...]
+    rediss+sentinel://...   (the same over TLS, to the Sentinels and the servers)
+
+Every `host:port` is a Sentinel; `service_name` is the name they monitor. The
+credentials, the database and the options are those of the Redis servers (as in a
+`redis://` URL), except `sentinel_username` and `sentinel_password`, which are sent
+to the Sentinels. `connect()` and `connect_sync()` return the master client of
+redis-py's Sentinel support (`master_for(service_name)`): each new connection asks
+the Sentinels where the primary is, and one to a primary that became a replica fails
+(READONLY turns into ConnectionError), so the limiters' failure policy answers while
+a failover is under way and the checks after it go to the promoted replica. Both the
+Sentinels and the servers get the same timeouts as a single server, and no retries.
 """
 
 from __future__ import annotations
@@ -23,14 +38,18 @@ from __future__ import annotations
 import os
 import sys
 import weakref
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.sentinel
 import redis.cluster
+import redis.connection
 import redis.exceptions
+import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -39,6 +58,7 @@ from . import cluster_client
 
 # The cluster schemes and the single-server scheme each stands for.
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+SENTINEL_SCHEMES = {"redis+sentinel": "redis", "rediss+sentinel": "rediss"}
 
 # CLUSTER_RETRIES: cluster clients from `connect()` do not retry by themselves, like
 # redis-py's single-server clients from a URL; the limiters retry a dropped connection
@@ -81,6 +101,19 @@ def connect(
             socket_connect_timeout=timeout,
             retry=AsyncRetry(NoBackoff(), 0),  # see CLUSTER_RETRIES
         )
+    if is_sentinel_url(url):
+        target = parse_sentinel_url(url)
+        bounded = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        sentinel = redis.asyncio.sentinel.Sentinel(
+            target.sentinels,
+            sentinel_kwargs={
+                **target.sentinel_kwargs,
+                **bounded,
+                "retry": AsyncRetry(NoBackoff(), 0),
+            },
+            **target.server_kwargs,
+        )
+        return sentinel.master_for(target.service, **bounded, retry=AsyncRetry(NoBackoff(), 0))
     return redis.asyncio.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
@@ -100,6 +133,15 @@ def connect_sync(
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),  # see CLUSTER_RETRIES
         )
+    if is_sentinel_url(url):
+        target = parse_sentinel_url(url)
+        bounded = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        sentinel = redis.sentinel.Sentinel(
+            target.sentinels,
+            sentinel_kwargs={**target.sentinel_kwargs, **bounded, "retry": Retry(NoBackoff(), 0)},
+            **target.server_kwargs,
+        )
+        return sentinel.master_for(target.service, **bounded, retry=Retry(NoBackoff(), 0))
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
@@ -115,35 +157,104 @@ def parse_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
     ValueError for anything else: another scheme, a seed without a port, a database
     other than 0.
     """
+    plain, credentials, seeds, netlocs, path, query = _split_hosts(url, CLUSTER_SCHEMES, "node")
+    if path not in ("", "/", "/0"):
+        raise ValueError(f"a Redis Cluster has only database 0; remove {path!r} from the URL")
+    first = f"{plain}://{credentials}{netlocs[0]}" + (f"?{query}" if query else "")
+    return first, seeds
+
+
+def is_sentinel_url(url: str) -> bool:
+    """True for a `redis+sentinel://` or `rediss+sentinel://` URL."""
+    return url.partition("://")[0].lower() in SENTINEL_SCHEMES
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """What a Sentinel URL names: the Sentinels, the service, and the connection
+    options for the servers and for the Sentinels (redis-py keyword arguments)."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    server_kwargs: dict[str, Any]
+    sentinel_kwargs: dict[str, Any]
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """Split a Sentinel URL (see the module docstring) into a `SentinelTarget`.
+
+    ValueError naming the problem for anything else: another scheme, no Sentinel, a
+    Sentinel without a port, no service name, a database that is not an integer.
+    """
+    plain, credentials, sentinels, _, path, query = _split_hosts(url, SENTINEL_SCHEMES, "Sentinel")
+    parts = path.strip("/").split("/") if path.strip("/") else []
+    if not parts:
+        raise ValueError(
+            "a Sentinel URL names its service (redis+sentinel://host:port/service_name), "
+            f"got {url!r}"
+        )
+    if len(parts) > 2:
+        raise ValueError(f"a Sentinel URL's path is /service_name[/db], got {path!r}")
+    service, db = parts[0], parts[1] if len(parts) == 2 else "0"
+    if not db.isdigit():
+        raise ValueError(f"the database in a Sentinel URL is an integer, got {db!r}")
+    options = parse_qsl(query, keep_blank_values=True)
+    to_sentinels = {k: v for k, v in options if k in ("sentinel_username", "sentinel_password")}
+    rest_query = urlencode([(k, v) for k, v in options if k not in to_sentinels])
+    # redis-py's own URL rules give the servers' options (credentials, db, TLS...).
+    server = redis.connection.parse_url(
+        f"{plain}://{credentials}127.0.0.1:1/{db}" + (f"?{rest_query}" if rest_query else "")
+    )
+    del server["host"], server["port"]
+    sentinel_kwargs: dict[str, Any] = {
+        k.removeprefix("sentinel_"): v for k, v in to_sentinels.items()
+    }
+    if server.pop("connection_class", None) is not None:  # rediss: TLS everywhere
+        server["ssl"] = True
+        sentinel_kwargs["ssl"] = True
+        sentinel_kwargs.update({k: v for k, v in server.items() if k.startswith("ssl_")})
+    return SentinelTarget(sentinels, service, server, sentinel_kwargs)
+
+
+def _split_hosts(
+    url: str, schemes: dict[str, str], noun: str
+) -> tuple[str, str, list[tuple[str, int]], list[str], str, str]:
+    """Take apart a URL that names several servers (a cluster's seeds, the Sentinels):
+    the plain scheme it stands for, its "user:password@" ("" when none), each server's
+    (host, port) and text as written, its path and its query.
+
+    ValueError naming the problem for another scheme or a server that is not host:port.
+    """
     scheme, sep, rest = url.partition("://")
-    plain = CLUSTER_SCHEMES.get(scheme.lower())
+    plain = schemes.get(scheme.lower())
     if not sep or plain is None:
-        raise ValueError(f"not a redis+cluster:// or rediss+cluster:// URL: {url!r}")
+        names = " or ".join(f"{name}://" for name in schemes)
+        raise ValueError(f"not a {names} URL: {url!r}")
     cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
     netloc, tail = rest[:cut], rest[cut:]
     path, _, query = tail.partition("?")
-    if path not in ("", "/", "/0"):
-        raise ValueError(f"a Redis Cluster has only database 0; remove {path!r} from the URL")
     userinfo, at, hosts = netloc.rpartition("@")
-    seeds, netlocs = [], []
+    servers, netlocs = [], []
     for part in hosts.split(","):
         try:
             parsed = urlsplit(f"//{part}")
             host, port = parsed.hostname, parsed.port
         except ValueError as exc:
-            raise ValueError(f"bad node {part!r} in cluster URL: {exc}") from None
+            raise ValueError(f"bad {noun} {part!r} in URL: {exc}") from None
         if not host or port is None:
-            raise ValueError(f"every node in a cluster URL is host:port, got {part!r}")
-        seeds.append((host, port))
+            raise ValueError(f"every {noun} in the URL is host:port, got {part!r}")
+        servers.append((host, port))
         netlocs.append(part)
-    first = f"{plain}://{userinfo}{at}{netlocs[0]}" + (f"?{query}" if query else "")
-    return first, seeds
+    return plain, userinfo + at, servers, netlocs, path, query
 
 
 def is_embedded(client: Any) -> bool:
     """True for an in-process fakeredis client (no server, no real memory figures)."""
     fake = sys.modules.get("fakeredis")  # not imported yet: no client can be one
-    return fake is not None and isinstance(client, fake.FakeRedis | fake.FakeAsyncRedis)
+    # FakeStrictRedis is a sibling of FakeRedis, not a subclass.
+    return fake is not None and isinstance(
+        client, fake.FakeRedis | fake.FakeStrictRedis | fake.FakeAsyncRedis
+    )
 
 
 # One bounded client per (caller's client, timeout): limiters built alike, such as the
@@ -158,7 +269,8 @@ def bounded_client(client: Any, timeout: float) -> Any:
     retries alone can wait seconds for a server that is down. So the limiter talks
     through its own pool with the caller's settings, socket timeouts of `timeout`
     and no retries of its own (the limiter retries a dropped connection once itself).
-    A `redis.RedisCluster` gets the same treatment (see `cluster_client.bounded_cluster`).
+    A `redis.RedisCluster` gets the same treatment (see `cluster_client.bounded_cluster`),
+    and so does a Sentinel master client (its Sentinels too).
     """
     cluster = isinstance(client, redis.RedisCluster)
     if is_embedded(client) or not (cluster or getattr(client, "connection_pool", None)):
@@ -180,7 +292,33 @@ def _bounded(client: Any, timeout: float) -> Any:
     kwargs.update(
         socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
     )
-    own = type(pool)(
-        connection_class=pool.connection_class, max_connections=pool.max_connections, **kwargs
-    )
+    common = {"connection_class": pool.connection_class, "max_connections": pool.max_connections}
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        # Its connections find the primary through the pool (their `connection_pool`
+        # option, which the copy sets for itself) and the Sentinels, asked with the
+        # same bound.
+        del kwargs["connection_pool"]
+        own: Any = type(pool)(
+            pool.service_name, _bounded_sentinel(pool.sentinel_manager, timeout),
+            is_master=pool.is_master, check_connection=pool.check_connection,
+            **common, **kwargs,
+        )  # fmt: skip
+    else:
+        own = type(pool)(**common, **kwargs)
     return redis.Redis(connection_pool=own)
+
+
+def _bounded_sentinel(manager: redis.sentinel.Sentinel, timeout: float) -> redis.sentinel.Sentinel:
+    """The same Sentinels, asked with socket timeouts of `timeout` and no retries."""
+    addresses = [
+        (s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
+        for s in manager.sentinels
+    ]
+    kwargs = dict(manager.sentinel_kwargs)
+    kwargs.update(
+        socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+    )
+    return redis.sentinel.Sentinel(
+        addresses, min_other_sentinels=manager.min_other_sentinels, sentinel_kwargs=kwargs,
+        force_master_ip=manager._force_master_ip, **manager.connection_kwargs,
+    )  # fmt: skip

@@ -8,6 +8,7 @@ pipelined per node.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import redis
@@ -167,10 +168,21 @@ async def cluster_batch_async(client: Any, script: Any, batch: Batch) -> list[An
     async def send(command: str, body: str, which: list[int]) -> None:
         pipe = client.pipeline(transaction=False)
         _queue(pipe, command, body, batch, which)
-        answers = await _guard(pipe.execute(raise_on_error=False))
+        # redis-py's asyncio pipeline (8.1), unlike its single commands and the sync
+        # pipeline, fetches no new slot map after a node failed to answer unless it
+        # may retry, and ours may not: every batch for the slots of a master that died
+        # would go on to it, also after its replica took over. So refresh it here.
+        try:
+            answers = await _guard(pipe.execute(raise_on_error=False))
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            await _refresh_async(unguarded)
+            raise
         for i, reply in zip(which, answers, strict=True):
             replies[i] = reply
+        if any(isinstance(reply, redis.exceptions.ConnectionError) for reply in answers):
+            await _refresh_async(unguarded)
 
+    unguarded = client.client if isinstance(client, GuardedCluster) else client
     replies: list[Any] = [None] * len(batch)
     await send("EVALSHA", script.sha, list(range(len(batch))))
     dropped = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.ConnectionError)]
@@ -181,3 +193,163 @@ async def cluster_batch_async(client: Any, script: Any, batch: Batch) -> list[An
         script.sha = await _guard(client.script_load(script.script))
         await send("EVAL", script.script, missing)
     return _raise_first_error(replies)
+
+
+# WAIT on a cluster (`wait_replicas`) ------------------------------------------------
+#
+# WAIT counts the replicas that acknowledged the writes made on its own connection, so
+# it must follow the script on the same connection to the key's master. The cluster
+# clients pick a connection per command, so a waiting check goes to the key's master
+# directly: the node the client's slot map names, one of that node's connections, the
+# script and WAIT in one round trip. A reply that says the slot is elsewhere (MOVED,
+# ASK: a failover or a resharding) or a dropped connection refreshes the slot map
+# before the error reaches the limiter, whose retry or next check then finds the new
+# master. Batches of waiting checks go one check at a time.
+
+
+def _refresh_sync(client: redis.RedisCluster) -> None:
+    try:
+        client.nodes_manager.initialize()
+    except redis.exceptions.RedisError:
+        pass  # every node unreachable: the next check tries again
+
+
+def _master(client: Any, key: Any) -> Any:
+    """The node the slot map names for `key`; ConnectionError when it names none (a
+    cluster error that is not a RedisError would escape the failure policy)."""
+    try:
+        node = client.get_node_from_key(key)
+    except redis.exceptions.RedisClusterException as exc:
+        raise redis.exceptions.ConnectionError(f"no master for the key's slot: {exc}") from exc
+    if node is None:
+        raise redis.exceptions.ConnectionError("no master for the key's slot")
+    return node
+
+
+def node_send(
+    client: redis.RedisCluster, key: Any, commands: list[tuple[Any, ...]], node: Any = None
+) -> list[Any]:
+    """`commands` in one round trip on one connection to the master of `key`'s slot
+    (or to `node`); error replies in place."""
+    try:
+        node = node or _master(client, key)
+        pipe = client.get_redis_connection(node).pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies = pipe.execute(raise_on_error=False)
+    except redis.exceptions.ConnectionError:
+        _refresh_sync(client)
+        raise
+    if any(isinstance(reply, redis.exceptions.AskError) for reply in replies):
+        _refresh_sync(client)
+    return replies
+
+
+async def _refresh_async(client: redis.asyncio.RedisCluster) -> None:
+    try:
+        await client.nodes_manager.initialize()
+    except redis.exceptions.RedisError:
+        pass  # every node unreachable: the next check tries again
+
+
+async def node_send_async(
+    client: Any, key: Any, commands: list[tuple[Any, ...]], node: Any = None
+) -> list[Any]:
+    """`node_send` for an asyncio cluster client (guarded or not)."""
+    cluster = client.client if isinstance(client, GuardedCluster) else client
+    await _guard(cluster.initialize())  # a no-op once it has its slot map
+    try:
+        node = node or _master(cluster, key)
+    except redis.exceptions.ConnectionError:
+        await _refresh_async(cluster)
+        raise
+    connection = node.acquire_connection()
+    try:
+        await _guard(connection.send_packed_command(connection.pack_commands(commands)))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await _guard(connection.read_response()))
+            except redis.exceptions.ResponseError as exc:  # an error reply, read whole
+                replies.append(exc)
+    except redis.exceptions.ConnectionError:
+        await connection.disconnect()
+        await _refresh_async(cluster)
+        raise
+    except BaseException:
+        await connection.disconnect()  # no unread reply left for its next user
+        raise
+    finally:
+        node.release(connection)
+    if any(isinstance(reply, redis.exceptions.AskError) for reply in replies):
+        await _refresh_async(cluster)
+    return replies
+
+
+# A batch of waiting checks (`check_many`): per master, its checks' scripts then one
+# WAIT, in one round trip, all masters at once; a master that lacks the script gets
+# the checks that met NOSCRIPT again with EVAL (and WAIT). Each check's reply comes
+# with the count of the WAIT that followed it on its master.
+
+
+def _groups(client: Any, batch: Batch) -> list[tuple[Any, list[int]]]:
+    groups: dict[str, tuple[Any, list[int]]] = {}
+    for i, (keys, _) in enumerate(batch):
+        node = _master(client, keys[0])
+        groups.setdefault(node.name, (node, []))[1].append(i)
+    return list(groups.values())
+
+
+def _calls(command: str, body: str, batch: Batch, which: list[int]) -> list[tuple[Any, ...]]:
+    return [(command, body, len(batch[i][0]), *batch[i][0], *batch[i][1]) for i in which]
+
+
+def _place(out: list[Any], which: list[int], replies: list[Any]) -> list[int]:
+    """Store (reply, WAIT's count) per check; the checks that met NOSCRIPT."""
+    acked = replies[-1]
+    for i, reply in zip(which, replies[:-1], strict=True):
+        out[i] = (reply, acked)
+    return [i for i in which if isinstance(out[i][0], redis.exceptions.NoScriptError)]
+
+
+def cluster_batch_waiting(
+    client: redis.RedisCluster, script: Any, batch: Batch, wait: tuple[Any, ...]
+) -> list[tuple[Any, Any]]:
+    """(reply, WAIT's count) per check of `batch`, in order (see above)."""
+    out: list[Any] = [None] * len(batch)
+    try:
+        groups = _groups(client, batch)
+    except redis.exceptions.ConnectionError:
+        _refresh_sync(client)
+        raise
+    for node, which in groups:
+        calls = _calls("EVALSHA", script.sha, batch, which)
+        missing = _place(out, which, node_send(client, None, [*calls, wait], node))
+        if missing:
+            calls = _calls("EVAL", script.script, batch, missing)
+            _place(out, missing, node_send(client, None, [*calls, wait], node))
+    return out
+
+
+async def cluster_batch_waiting_async(
+    client: Any, script: Any, batch: Batch, wait: tuple[Any, ...]
+) -> list[tuple[Any, Any]]:
+    """`cluster_batch_waiting` for an asyncio cluster client (guarded or not)."""
+    cluster = client.client if isinstance(client, GuardedCluster) else client
+    await _guard(cluster.initialize())
+    out: list[Any] = [None] * len(batch)
+    try:
+        groups = _groups(cluster, batch)
+    except redis.exceptions.ConnectionError:
+        await _refresh_async(cluster)
+        raise
+
+    async def one(node: Any, which: list[int]) -> None:
+        calls = _calls("EVALSHA", script.sha, batch, which)
+        missing = _place(out, which, await node_send_async(cluster, None, [*calls, wait], node))
+        if missing:
+            calls = _calls("EVAL", script.script, batch, missing)
+            _place(out, missing, await node_send_async(cluster, None, [*calls, wait], node))
+
+    await asyncio.gather(*(one(node, which) for node, which in groups))
+    return out

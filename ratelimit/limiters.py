@@ -7,6 +7,15 @@
 Each check is one Lua script call (`ratelimit/lua/`), atomic in Redis. Checks made on
 one client in the same turn of the event loop are sent together, as one pipeline
 (`ratelimit.autopipeline`); `auto_pipeline=False` sends each on its own.
+
+`wait_replicas=N` (default 0) follows the script with `WAIT N <ms>` in the same round
+trip (one WAIT after a pipelined batch: it covers every earlier write on its
+connection), waiting at most a third of the limiter's `timeout` (see `_core`). An
+admit that fewer than N replicas acknowledged in that time goes to the failure
+policy, since a failover could forget it; a rejection stands. It costs a replica
+round trip per check and admits nothing while fewer than N replicas are connected.
+On a Redis Cluster each check's WAIT goes to its key's master (`cluster_client`); on
+the embedded fakeredis (no replicas) it is refused with ValueError.
 """
 
 from __future__ import annotations
@@ -18,8 +27,13 @@ from typing import Any
 import redis.exceptions
 
 from . import algorithms, autopipeline
-from ._core import UNAVAILABLE, LimiterBase
-from .cluster_client import cluster_batch_async, is_cluster
+from ._core import UNAVAILABLE, LimiterBase, NotReplicated
+from .cluster_client import (
+    cluster_batch_async,
+    cluster_batch_waiting_async,
+    is_cluster,
+    node_send_async,
+)
 from .decision import Decision
 from .policy import GcraPolicy, LogPolicy
 
@@ -38,6 +52,10 @@ class AsyncLimiter(LimiterBase):
         self._options["auto_pipeline"] = auto_pipeline
         self.auto_pipeline = auto_pipeline
         self._batcher = autopipeline.for_client(redis) if auto_pipeline else None
+        if self._batcher is not None:  # chosen once: a waiting check marks its batch
+            self._submit = (
+                self._batcher.submit_waiting if self.wait_replicas else self._batcher.submit
+            )
 
     async def check(self, identity: str | bytes, cost: int = 1) -> Decision:
         """Admit or reject one request of `cost` units for `identity`.
@@ -57,7 +75,7 @@ class AsyncLimiter(LimiterBase):
                 if batcher is None or batcher.alone():
                     reply = await self._run(keys, args)
                 else:  # the batch's flush applies _run's retry and NOSCRIPT rules
-                    reply = await batcher.submit(self, keys, args)
+                    reply = await self._submit(self, keys, args)
         except TimeoutError as exc:
             return self._unavailable(exc, f"no answer from Redis within {self.timeout} s")
         except UNAVAILABLE as exc:
@@ -88,9 +106,10 @@ class AsyncLimiter(LimiterBase):
             return [self._unavailable(exc, what) for _ in batch]
         except UNAVAILABLE as exc:
             return [self._unavailable(exc) for _ in batch]
+        if self.wait_replicas:  # some replies may be NotReplicated
+            return self._decisions(replies, batch)
         return [
-            self._decision(reply, args[0])
-            for reply, (_, args) in zip(replies, batch, strict=True)
+            self._decision(reply, args[0]) for reply, (_, args) in zip(replies, batch, strict=True)
         ]
 
     async def _run_many(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
@@ -105,15 +124,37 @@ class AsyncLimiter(LimiterBase):
             # A flush between the pipeline's SCRIPT LOAD and its EVALSHAs: the calls
             # before the failing one already counted, so going on one by one can only
             # count some requests twice (stricter, never over-admitting).
-            return [await self._call(keys, args) for keys, args in batch]
+            return [await self._each(keys, args) for keys, args in batch]
+
+    async def _each(self, keys: list[str], args: list[Any]) -> Any:
+        """One check of a batch gone one by one: its reply, or its NotReplicated."""
+        try:
+            return await self._call(keys, args)
+        except NotReplicated as exc:
+            return exc
 
     async def _pipeline(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
         if is_cluster(self._script.registered_client):  # split by node; see cluster_client
+            if self.wait_replicas:  # per node: its scripts, then one WAIT
+                return self._judged(
+                    await cluster_batch_waiting_async(
+                        self._client, self._script, batch, self._wait_command()
+                    )
+                )
             return await cluster_batch_async(self._script.registered_client, self._script, batch)
-        pipe = self._script.registered_client.pipeline(transaction=False)
-        for keys, args in batch:
-            await self._script(keys=keys, args=args, client=pipe)  # queued, not sent
-        return await pipe.execute()
+        # `async with`: a pipeline whose SCRIPT EXISTS / LOAD fails still gives its
+        # connection back to the pool (without it, only garbage collection would).
+        async with self._script.registered_client.pipeline(transaction=False) as pipe:
+            for keys, args in batch:
+                await self._script(keys=keys, args=args, client=pipe)  # queued, not sent
+            if not self.wait_replicas:
+                return await pipe.execute()
+            pipe.execute_command(*self._wait_command())  # covers every write before it
+            *replies, acked = await pipe.execute(raise_on_error=False)
+        for reply in replies:  # as without WAIT (NOSCRIPT falls back in _run_many)
+            if isinstance(reply, Exception):
+                raise reply
+        return [self._replication_error(r, acked) or r for r in replies]
 
     async def _run(self, keys: list[str], args: list[Any]) -> list[int]:
         try:
@@ -140,6 +181,28 @@ class AsyncLimiter(LimiterBase):
             # A second flush landed between the reload and the retry. EVAL carries
             # the script itself, so it cannot meet NOSCRIPT.
             return await client.eval(self._script.script, len(keys), *keys, *args)
+
+    async def _call_waiting(self, keys: list[str], args: list[Any]) -> Any:
+        """`_call` followed by WAIT on the same connection, in one round trip (the
+        NOSCRIPT rules too); NotReplicated for an admit too few replicas acknowledged."""
+        script, wait = self._script, self._wait_command()
+        call = (len(keys), *keys, *args)
+        reply, acked = await self._send(keys[0], [("EVALSHA", script.sha, *call), wait])
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            load = ("SCRIPT", "LOAD", script.script)
+            _, reply, acked = await self._send(
+                keys[0], [load, ("EVALSHA", script.sha, *call), wait]
+            )
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                reply, acked = await self._send(keys[0], [("EVAL", script.script, *call), wait])
+        return self._replicated(reply, acked)
+
+    async def _send(self, key: str, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """`commands` in one round trip on one connection (to `key`'s master on a
+        cluster); error replies in place."""
+        if self._on_cluster:
+            return await node_send_async(self._client, key, commands)
+        return await autopipeline._send(self._client, commands)
 
 
 class SlidingWindowLimiter(LogPolicy, AsyncLimiter):

@@ -26,6 +26,7 @@ _FIXED = frozenset(
     {
         "algorithm", "window_ms", "limit", "prefix", "clock", "on_error", "timeout",
         "readable_keys", "ttl_slack_ms", "burst", "redis", "near_cache", "auto_pipeline",
+        "wait_replicas",
     }
 )  # fmt: skip
 
@@ -109,8 +110,8 @@ class Policy:
 
         Takes the constructor's keyword options (`window_seconds` or `window_ms`,
         `limit`, `prefix`, `clock`, `on_error`, `timeout`, `readable_keys`,
-        `key_secret`, `ttl_slack_ms`, and `burst`, `storage`, `near_cache` or
-        `auto_pipeline` where they apply).
+        `key_secret`, `ttl_slack_ms`, and `burst`, `storage`, `near_cache`,
+        `auto_pipeline` or `wait_replicas` where they apply).
         A Redis limiter's copy talks to the same client with a near-cache of its own.
         """
         options = dict(self._options)

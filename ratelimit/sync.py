@@ -3,6 +3,8 @@
 from ratelimit.sync import SlidingWindowLimiter, connect_sync
 limiter = SlidingWindowLimiter(connect_sync(), 1, 10)
 limiter.check("api-key-123")
+
+`wait_replicas=N` follows each script with `WAIT` as in `ratelimit.limiters`.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from typing import Any
 import redis.exceptions
 
 from . import algorithms
-from ._core import UNAVAILABLE, LimiterBase
+from ._core import UNAVAILABLE, LimiterBase, NotReplicated
 from .backends import bounded_client, connect_sync
-from .cluster_client import cluster_batch, is_cluster
+from .cluster_client import cluster_batch, cluster_batch_waiting, is_cluster, node_send
 from .decision import Decision
 from .policy import GcraPolicy, LogPolicy
 
@@ -66,9 +68,10 @@ class SyncLimiter(LimiterBase):
             replies = self._run_many(batch)
         except UNAVAILABLE as exc:
             return [self._unavailable(exc) for _ in batch]
+        if self.wait_replicas:  # some replies may be NotReplicated
+            return self._decisions(replies, batch)
         return [
-            self._decision(reply, args[0])
-            for reply, (_, args) in zip(replies, batch, strict=True)
+            self._decision(reply, args[0]) for reply, (_, args) in zip(replies, batch, strict=True)
         ]
 
     def _run_many(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
@@ -77,7 +80,7 @@ class SyncLimiter(LimiterBase):
             return self._pipeline(batch)
         except redis.exceptions.NoScriptError:
             # As in the async limiter: go on one by one (stricter if counted twice).
-            return [self._call(keys, args) for keys, args in batch]
+            return [self._each(keys, args) for keys, args in batch]
         except redis.exceptions.ConnectionError:
             if time.monotonic() - started > RETRY_WITHIN * self.timeout:
                 raise
@@ -87,11 +90,29 @@ class SyncLimiter(LimiterBase):
 
     def _pipeline(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
         if is_cluster(self._script.registered_client):  # split by node; see cluster_client
+            if self.wait_replicas:  # per node: its scripts, then one WAIT
+                return self._judged(
+                    cluster_batch_waiting(self._client, self._script, batch, self._wait_command())
+                )
             return cluster_batch(self._script.registered_client, self._script, batch)
         pipe = self._script.registered_client.pipeline(transaction=False)
         for keys, args in batch:
             self._script(keys=keys, args=args, client=pipe)  # queued, not sent
-        return pipe.execute()
+        if not self.wait_replicas:
+            return pipe.execute()
+        pipe.execute_command(*self._wait_command())  # covers every write before it
+        *replies, acked = pipe.execute(raise_on_error=False)
+        for reply in replies:  # as without WAIT (NOSCRIPT falls back in _run_many)
+            if isinstance(reply, Exception):
+                raise reply
+        return [self._replication_error(r, acked) or r for r in replies]
+
+    def _each(self, keys: list[str], args: list[Any]) -> Any:
+        """One check of a batch gone one by one: its reply, or its NotReplicated."""
+        try:
+            return self._call(keys, args)
+        except NotReplicated as exc:
+            return exc
 
     def _run(self, keys: list[str], args: list[Any]) -> list[int]:
         started = time.monotonic()
@@ -119,6 +140,29 @@ class SyncLimiter(LimiterBase):
             return client.evalsha(self._script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
             return client.eval(self._script.script, len(keys), *keys, *args)
+
+    def _call_waiting(self, keys: list[str], args: list[Any]) -> Any:
+        """`_call` followed by WAIT on the same connection, in one round trip (the
+        NOSCRIPT rules too); NotReplicated for an admit too few replicas acknowledged."""
+        script, wait = self._script, self._wait_command()
+        call = (len(keys), *keys, *args)
+        reply, acked = self._send(keys[0], [("EVALSHA", script.sha, *call), wait])
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            load = ("SCRIPT", "LOAD", script.script)
+            _, reply, acked = self._send(keys[0], [load, ("EVALSHA", script.sha, *call), wait])
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                reply, acked = self._send(keys[0], [("EVAL", script.script, *call), wait])
+        return self._replicated(reply, acked)
+
+    def _send(self, key: str, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """`commands` in one round trip on one connection (to `key`'s master on a
+        cluster); error replies in place."""
+        if self._on_cluster:
+            return node_send(self._client, key, commands)
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return pipe.execute(raise_on_error=False)
 
 
 class SlidingWindowLimiter(LogPolicy, SyncLimiter):

@@ -8,11 +8,24 @@ with `redis-cli --cluster create`, and stopped by PID.
         ...
         cluster.restart_node(0)                   # same port, nodes.conf kept: it rejoins
 
+    with LocalCluster(replicas=1) as cluster:     # 3 masters, each with one replica
+        old = cluster.slot_owner(slot_of("k"))    # the master serving key "k"
+        new = cluster.failover("k")               # CLUSTER FAILOVER on its replica; waits
+        cluster.kill_node(new)                    # SIGKILL; the old master, now its
+        cluster.wait_serving("k", old)            # replica, takes over by itself
+        cluster.start_node(new)                   # rejoins as a replica, resyncs
+
 Every node is a `redis-server --cluster-enabled yes` on a free port, with a cluster bus
 port of its own (`--cluster-port`, also free; the default port + 10000 may not be), no
 snapshots and no append-only file. Cluster mode still needs one file per node, its
 `nodes-<port>.conf`, kept in the working directory so that a restarted node rejoins
 with its identity and its slots (its data is gone: nothing else is persisted).
+
+A replica gets its data by a full sync from its master, without the 5 s that Redis
+waits by default for more replicas to join a diskless sync; each node names its own
+`dump-<port>.rdb` for the copy a replica receives, since they share one directory and
+two replicas syncing at once must not load each other's file. `start()` returns once
+every replica is attached, done syncing and listed online by its master.
 
 `--cluster-require-full-coverage no`: while one master is down, the shards that are
 up keep answering for their own slots (with the default, the whole cluster would
@@ -22,19 +35,19 @@ From the command line (`make cluster-up` / `make cluster-down`):
 
     python -m ratelimit.devtools.cluster up   [--dir build/cluster] [--masters 3] [--replicas 0]
     python -m ratelimit.devtools.cluster down [--dir build/cluster]
+    python -m ratelimit.devtools.cluster failover (--key KEY | --slot N) [--force] [--dir ...]
 
-`up` leaves the cluster running and records its URL, ports and PIDs in
-`<dir>/state.json`; `down` stops exactly those PIDs and removes `<dir>`. Both are
-idempotent.
+`up` leaves the cluster running and records its URL, ports and PIDs (replicas'
+included, and which master each replica follows) in `<dir>/state.json`; `down` stops
+exactly those PIDs and removes `<dir>`. Both are idempotent. `failover` promotes the
+replica of the master that serves a key (or slot) of that cluster, as
+`LocalCluster.failover` does, and returns once every node agrees.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -46,17 +59,28 @@ from typing import Any, Self
 import redis
 import redis.exceptions
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.retry import Retry
 
+from . import recorded
 from .process import Managed, free_port
 from .server import EXECUTABLE, RedisServer
 
-__all__ = ["CLI", "LocalCluster", "NodeServer", "main"]
+__all__ = ["CLI", "LocalCluster", "NodeServer", "main", "slot_of"]
 
 CLI = "redis-cli"
 SLOTS = 16384
 DEFAULT_DIR = Path("build/cluster")
-STATE_FILE = "state.json"
+WHAT = "local Redis Cluster"
+
+
+def slot_of(key: str | bytes) -> int:
+    """The hash slot of `key` (hash tags included), as every cluster node computes it."""
+    if isinstance(key, str):
+        key = key.encode("utf-8", "surrogatepass")
+    if not isinstance(key, bytes):
+        raise ValueError(f"key must be str or bytes, got {type(key).__name__}")
+    return key_slot(key)
 
 
 class NodeServer(RedisServer):
@@ -94,6 +118,9 @@ class NodeServer(RedisServer):
             "cluster-config-file": self.config_file.name,  # relative to --dir
             "cluster-node-timeout": str(self.node_timeout_ms),
             "cluster-require-full-coverage": "no",
+            # Replication (see the module doc): sync at once, one RDB file per node.
+            "repl-diskless-sync-delay": "0",
+            "dbfilename": f"dump-{self.port}.rdb",
         }
         extra = [part for name, value in cluster.items() for part in (f"--{name}", value)]
         return super()._options() + extra
@@ -106,6 +133,15 @@ class NodeServer(RedisServer):
             decode_responses=True,
         )  # fmt: skip
 
+    def kill(self) -> None:
+        """End the process abruptly (SIGKILL, by PID), like a crashed host: no
+        goodbye to the cluster; its nodes.conf stays for a restart."""
+        process, self.process = self.process, None
+        self._box[0] = None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
 
 class LocalCluster(Managed):
     """`masters` masters with `replicas` replicas each, on free loopback ports.
@@ -113,7 +149,10 @@ class LocalCluster(Managed):
     - `workdir`: holds every node's log and nodes.conf; by default a temporary
       directory of its own, removed by `close()` (and on leaving a `with` block).
     - `node_timeout_ms`: `cluster-node-timeout`; small, so that a node that is down is
-      flagged within about a second and a restarted one rejoins as fast.
+      flagged within about a second and a restarted one rejoins as fast (and, with
+      replicas, a replica of a master that is down takes over within a few seconds).
+    - `replicas`: replicas per master (default 0). Which node follows which master is
+      `redis-cli`'s choice: ask `replicas_of(index)` / `master_of(index)`.
     """
 
     def __init__(
@@ -164,6 +203,22 @@ class LocalCluster(Managed):
         """`CLUSTER INFO` of one node, as a dict."""
         with self.nodes[index].admin() as client:
             return client.cluster("INFO")
+
+    def master_of(self, index: int) -> int | None:
+        """Index in `nodes` of the master that node `index` replicates (None for a
+        master), as the node itself says (`INFO replication`)."""
+        with self.nodes[index].admin() as client:
+            info = client.info("replication")
+        if info.get("role") != "slave":
+            return None
+        return self.ports.index(int(info["master_port"]))
+
+    def replicas_of(self, index: int) -> list[int]:
+        """Indexes in `nodes` of the running replicas of master `index`."""
+        return [
+            i for i, node in enumerate(self.nodes)
+            if i != index and node.running and self.master_of(i) == index
+        ]  # fmt: skip
 
     def slot_owner(self, slot: int) -> int:
         """Index in `nodes` of the master that serves `slot` (asked of a live node)."""
@@ -222,8 +277,11 @@ class LocalCluster(Managed):
 
     def wait_ready(self, timeout: float = 15.0) -> float:
         """Wait until every running node says `cluster_state:ok` with all slots
-        covered and served; return the seconds waited. RuntimeError (with the nodes'
-        states and log tails) when that does not happen within `timeout`."""
+        covered and served, all of them agree on which master serves which slot, and
+        every running replica is attached to its master, done syncing, and listed
+        online by that master (with every node up, every master that serves slots
+        has `replicas` of them); return the seconds waited. RuntimeError (with the
+        nodes' states and log tails) when that does not happen within `timeout`."""
         began = time.monotonic()
         deadline = began + max(timeout, 0.0)
         while True:
@@ -236,13 +294,17 @@ class LocalCluster(Managed):
             time.sleep(0.05)
 
     def _states(self) -> dict[int, str]:
-        states = {}
+        states: dict[int, str] = {}
+        views: dict[int, tuple[tuple[int, int, int], ...]] = {}
+        replication: dict[int, dict[str, Any]] = {}
         for node in self.nodes:
             if not node.running:
                 continue
             try:
                 with node.admin() as client:
                     info = client.cluster("INFO")
+                    views[node.port] = _slot_map(client)
+                    replication[node.port] = client.info("replication")
             except redis.exceptions.RedisError as exc:
                 states[node.port] = f"{type(exc).__name__}: {exc}"
                 continue
@@ -253,7 +315,19 @@ class LocalCluster(Managed):
                 f"{info.get('cluster_state')}, slots ok {info.get('cluster_slots_ok')}, "
                 f"known nodes {info.get('cluster_known_nodes')}"
             )  # fmt: skip
+        if len(set(views.values())) > 1:  # a failover some nodes have not heard of yet
+            for port in views:
+                if states[port] == "ok":
+                    states[port] = "slot map differs from another node's"
+        serving = {port for view in views.values() for _, _, port in view}
+        problems = _replication_problems(replication, serving, self._all_running(), self.replicas)
+        for port, what in problems:
+            if states.get(port) == "ok":
+                states[port] = what
         return states
+
+    def _all_running(self) -> bool:
+        return all(node.running for node in self.nodes)
 
     def stop_node(self, index: int) -> None:
         """Stop one node by its PID (SIGTERM); its nodes.conf stays for a restart."""
@@ -273,6 +347,70 @@ class LocalCluster(Managed):
             time.sleep(down_for)
         self.start_node(index, wait=wait)
 
+    def kill_node(self, index: int) -> None:
+        """End one node with SIGKILL (by PID), like a crash; its nodes.conf stays. With
+        replicas, one of its replicas takes over once the others flag it FAIL."""
+        self.nodes[index].kill()
+
+    def failover(self, target: int | str | bytes, *, force: bool = False,
+                 timeout: float = 15.0) -> int:  # fmt: skip
+        """Promote the replica of the master that serves `target` (a slot, or a key
+        whose slot counts) with `CLUSTER FAILOVER` sent to that replica, and wait
+        until every running node agrees that it serves the slot; return its index.
+
+        Without `force` the handover is coordinated: the master stops taking writes
+        until the replica has caught up with its stream, so no acknowledged write is
+        lost. `force=True` (`CLUSTER FAILOVER FORCE`) does not ask the master, for one
+        that is down or stuck. RuntimeError when nothing changed within `timeout`.
+        """
+        slot = _slot(target)
+        began = time.monotonic()
+        master = self.slot_owner(slot)
+        replicas = self.replicas_of(master)
+        if not replicas:
+            raise RuntimeError(f"master {master} (port {self.ports[master]}) has no replica")
+        replica = replicas[0]
+        with self.nodes[replica].admin() as client:
+            client.execute_command("CLUSTER FAILOVER", *(["FORCE"] if force else []))
+        self.wait_serving(slot, replica, timeout - (time.monotonic() - began))
+        return replica
+
+    def wait_serving(self, target: int | str | bytes, index: int, timeout: float = 15.0) -> float:
+        """Wait until node `index` is a master and every running node says it serves
+        `target` (a slot, or a key); return the seconds waited. RuntimeError (with the
+        nodes' views and log tails) when that does not happen within `timeout`."""
+        slot = _slot(target)
+        port = self.ports[index]
+        began = time.monotonic()
+        deadline = began + max(timeout, 0.0)
+        while True:
+            views = self._serving(slot)
+            if views and all(owner == port for owner in views.values()):
+                return time.monotonic() - began
+            if time.monotonic() > deadline:
+                what = f"node {index} (port {port}) not serving slot {slot} within {timeout:.1f} s"
+                raise RuntimeError(self._failure(f"{what}; who serves it, by node: {views}"))
+            time.sleep(0.02)
+
+    def _serving(self, slot: int) -> dict[int, int | str]:
+        """Port of the master that serves `slot`, in each running node's view."""
+        views: dict[int, int | str] = {}
+        for node in self.nodes:
+            if not node.running:
+                continue
+            try:
+                with node.admin() as client:
+                    owner: int | str = "nobody"
+                    for start, end, port in _slot_map(client):
+                        if start <= slot <= end:
+                            owner = port
+                    if owner == node.port and client.info("replication")["role"] != "master":
+                        owner = "itself, but not yet a master"
+            except redis.exceptions.RedisError as exc:
+                owner = f"{type(exc).__name__}: {exc}"
+            views[node.port] = owner
+        return views
+
     def stop(self) -> None:
         """Stop every node this object started, by PID."""
         for node in self.nodes:
@@ -288,7 +426,7 @@ class LocalCluster(Managed):
 
     def detach(self) -> None:
         """Leave the nodes running when this object goes away or Python exits (for
-        `make cluster-up`; `stop_pids` or `make cluster-down` ends them later)."""
+        `make cluster-up`; `recorded.stop_pids` or `make cluster-down` ends them later)."""
         for node in self.nodes:
             # LocalProcess stops its child when collected or at exit; disarm that.
             node._finalizer.detach()
@@ -309,67 +447,72 @@ class LocalCluster(Managed):
         return f"local Redis Cluster: {what}\n{logs}"
 
 
+def _slot(target: int | str | bytes) -> int:
+    if isinstance(target, bool) or not isinstance(target, int | str | bytes):
+        raise ValueError(f"target must be a slot (int) or a key, got {target!r}")
+    if isinstance(target, int):
+        if not 0 <= target < SLOTS:
+            raise ValueError(f"target slot must be in 0..{SLOTS - 1}, got {target}")
+        return target
+    return slot_of(target)
+
+
+def _slot_map(client: redis.Redis) -> tuple[tuple[int, int, int], ...]:
+    """(first slot, last slot, master port) of each range, as one node sees them."""
+    ranges = client.execute_command("CLUSTER SLOTS")
+    return tuple(sorted((int(a), int(b), int(master[1])) for a, b, master, *_ in ranges))
+
+
+def _replication_problems(
+    replication: dict[int, dict[str, Any]], serving: set[int], all_running: bool, per_master: int
+) -> list[tuple[int, str]]:
+    """(port, what is wrong) for each replica not yet attached, synced and online in
+    its master's list; with every node up, also each master that serves no slots
+    (a restarted one that has not yet learnt it was replaced) or has not
+    `per_master` replicas online."""
+    problems = []
+    online: dict[int, set[int]] = {}
+    for port, info in replication.items():
+        if info.get("role") == "master":
+            online[port] = {
+                int(value["port"]) for name, value in info.items()
+                if name.startswith("slave") and isinstance(value, dict)
+                and value.get("state") == "online"
+            }  # fmt: skip
+    for port, info in replication.items():
+        if info.get("role") != "slave":
+            continue
+        master = int(info.get("master_port", 0))
+        if info.get("master_link_status") != "up" or int(info.get("master_sync_in_progress", 1)):
+            problems.append((port, f"replica of {master}: link {info.get('master_link_status')}"))
+        elif port not in online.get(master, set()):
+            problems.append((port, f"replica of {master}: not online in its master's list"))
+    if all_running:
+        for port, replicas in online.items():
+            if port not in serving:
+                problems.append((port, "a master that serves no slots"))
+            elif len(replicas) != per_master:
+                problems.append((port, f"master with {len(replicas)} of {per_master} replicas"))
+    return problems
+
+
 # Stopping by PID, also from another process (make cluster-down) -------------------
 
 
-def is_our_server(pid: int, port: int) -> bool:
-    """True while `pid` runs and is a redis-server on `port` (not a reused PID)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return False
-    # redis-server renames its process to "redis-server 127.0.0.1:<port> [cluster]".
-    return "redis-server" in cmdline and f":{port}" in cmdline
-
-
-def stop_pids(servers: Sequence[tuple[int, int]], timeout: float = 10.0) -> list[int]:
-    """SIGTERM each (pid, port) that is still our redis-server, then SIGKILL what is
-    left after `timeout`; return the PIDs that were signalled."""
-    signalled = [(pid, port) for pid, port in servers if is_our_server(pid, port)]
-    for pid, _ in signalled:
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for pid, port in signalled:
-        while is_our_server(pid, port) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if is_our_server(pid, port):
-            os.kill(pid, signal.SIGKILL)
-    return [pid for pid, _ in signalled]
-
-
 def _remove_files(directory: Path) -> None:
-    """Remove what `up` wrote (state, nodes.conf files, logs), then the directory if
-    empty: never anything else, whatever `--dir` points at."""
-    for pattern in (STATE_FILE, "nodes-*.conf", "redis-*.log"):
-        for path in directory.glob(pattern):
-            path.unlink(missing_ok=True)
-    try:
-        directory.rmdir()
-    except OSError:
-        pass
+    """Remove what `up` wrote (state, nodes.conf files, logs, snapshots)."""
+    recorded.remove_files(directory, ("nodes-*.conf", "redis-*.log", "dump-*.rdb"))
 
 
 # Command line ----------------------------------------------------------------------
 
 
-def _read_state(directory: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((directory / STATE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _servers(state: dict[str, Any]) -> list[tuple[int, int]]:
-    return [(int(pid), int(port)) for pid, port in zip(state["pids"], state["ports"], strict=True)]
-
-
 def up(directory: Path, masters: int = 3, replicas: int = 0) -> dict[str, Any]:
     """Start a cluster that outlives this process (a no-op if the recorded one runs)."""
-    state = _read_state(directory)
+    state = recorded.running(directory, WHAT)
     if state is not None:
-        if all(is_our_server(pid, port) for pid, port in _servers(state)):
-            print(f"local Redis Cluster already running: {state['url']}")
-            return state
+        return state
+    if recorded.read_state(directory) is not None:
         down(directory, quiet=True)  # a stale or half-dead one: clear it first
     _remove_files(directory)  # an old nodes.conf on a reused port would confuse a node
     cluster = LocalCluster(directory, masters=masters, replicas=replicas)
@@ -379,30 +522,55 @@ def up(directory: Path, masters: int = 3, replicas: int = 0) -> dict[str, Any]:
         "url": cluster.url,
         "ports": cluster.ports,
         "pids": cluster.pids,
+        # port of each replica -> port of its master, as started (a failover changes it)
+        "replicas": {
+            str(cluster.ports[i]): cluster.ports[master]
+            for i in range(len(cluster.nodes))
+            if (master := cluster.master_of(i)) is not None
+        },
         "workdir": str(directory.resolve()),
         "start_seconds": round(cluster.start_seconds or 0.0, 3),
     }
-    (directory / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-    print(f"local Redis Cluster up in {state['start_seconds']:.1f} s: {state['url']}")
-    print(f"PIDs {state['pids']} (ports {state['ports']}) recorded in {directory / STATE_FILE}")
-    print(f"use it: REDIS_URL={state['url']}; stop it: make cluster-down")
+    recorded.record(directory, state, WHAT, "cluster-down")
+    for replica, master in state["replicas"].items():
+        print(f"127.0.0.1:{replica} replicates 127.0.0.1:{master}")
     return state
 
 
 def down(directory: Path, *, quiet: bool = False) -> list[int]:
     """Stop exactly the recorded PIDs and remove the directory (a no-op if none)."""
-    state = _read_state(directory)
+    return recorded.down(directory, WHAT, _remove_files, quiet=quiet)
+
+
+class _RecordedNode(NodeServer):
+    """A node that `up` started in another process: running while its PID is."""
+
+    def __init__(self, workdir: Path, port: int, pid: int) -> None:
+        super().__init__(workdir)
+        self.port, self._recorded_pid = port, pid
+
+    @property
+    def pid(self) -> int | None:
+        return self._recorded_pid
+
+    @property
+    def running(self) -> bool:
+        return recorded.is_our_server(self._recorded_pid, self.port or 0)
+
+
+def failover(directory: Path, target: int | str, *, force: bool = False) -> int:
+    """`LocalCluster.failover` on the cluster recorded in `directory`; the port of
+    the promoted replica."""
+    slot = _slot(target)
+    state = recorded.read_state(directory)
     if state is None:
-        if directory.exists() and (directory / STATE_FILE).exists():
-            raise SystemExit(f"unreadable state file {directory / STATE_FILE}; remove it by hand")
-        if not quiet:
-            print(f"no local Redis Cluster recorded in {directory / STATE_FILE}")
-        return []
-    stopped = stop_pids(_servers(state))
-    _remove_files(directory)
-    if not quiet:
-        print(f"local Redis Cluster stopped (PIDs {stopped}); removed {directory}")
-    return stopped
+        raise SystemExit(f"no {WHAT} recorded in {directory / recorded.STATE_FILE}")
+    cluster = LocalCluster(directory)  # never started here: nothing of it to stop
+    cluster.nodes = [_RecordedNode(directory, port, pid) for pid, port in recorded.servers(state)]
+    old = cluster.ports[cluster.slot_owner(slot)]
+    new = cluster.ports[cluster.failover(slot, force=force)]
+    print(f"127.0.0.1:{new} now serves slot {slot} (was 127.0.0.1:{old})")
+    return new
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -411,15 +579,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("command", choices=["up", "down", "failover"])
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="state and node files")
     parser.add_argument("--masters", type=int, default=3)
     parser.add_argument("--replicas", type=int, default=0)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--key", help="failover: the key whose master is replaced")
+    which.add_argument("--slot", type=int, help="failover: the slot whose master is replaced")
+    parser.add_argument("--force", action="store_true", help="failover: CLUSTER FAILOVER FORCE")
     args = parser.parse_args(argv)
     if args.command == "up":
         up(args.dir, args.masters, args.replicas)
-    else:
+    elif args.command == "down":
         down(args.dir)
+    else:
+        if args.key is None and args.slot is None:
+            parser.error("failover needs --key or --slot")
+        try:
+            failover(args.dir, args.key if args.key is not None else args.slot, force=args.force)
+        except ValueError as exc:
+            parser.error(str(exc))
     return 0
 
 

@@ -1,15 +1,18 @@
 """`ratelimit.devtools.server.RedisServer`: a private redis-server that starts, answers, restarts
-empty, stops by PID (freeing its port) and cleans up after a `with` block."""
+empty, stops by PID (freeing its port) and cleans up after a `with` block; with `tls=True`
+it serves TLS only, with a CA and certificates it makes at every start."""
 
 from __future__ import annotations
 
 import os
+import ssl
+from pathlib import Path
 
 import pytest
 import redis
 
 from ratelimit.devtools.process import pid_alive, port_is_free
-from ratelimit.devtools.server import RedisServer, free_port
+from ratelimit.devtools.server import RedisServer, free_port, make_certificates
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -166,3 +169,125 @@ def test_a_paused_server_answers_nothing_until_thawed(tmp_path):
     with pytest.raises(RuntimeError, match="not running"):
         with server.paused():
             pass
+
+
+# TLS --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def needs_tls() -> None:
+    """Skips (fails with CI=true) without redis-server and openssl."""
+    if RedisServer.tls_available():
+        return
+    reason = "redis-server and openssl are needed for the TLS server tests"
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: they are required)")
+    pytest.skip(reason)
+
+
+tls_test = pytest.mark.usefixtures("needs_tls")
+
+
+def _san(cert: Path) -> set[tuple[str, str]]:
+    return set(ssl._ssl._test_decode_cert(str(cert))["subjectAltName"])  # type: ignore[attr-defined]
+
+
+@tls_test
+def test_tls_serves_only_tls_with_a_certificate_it_makes(tmp_path):
+    with RedisServer(tmp_path, tls=True) as server:
+        files = server.tls_files
+        assert server.ca_path == files.ca_cert == tmp_path / "tls" / "ca.crt"
+        assert server.url == (
+            f"rediss://127.0.0.1:{server.port}/0?ssl_ca_certs={tmp_path}/tls/ca.crt"
+        )
+        assert _san(files.server_cert) == {("IP Address", "127.0.0.1"), ("DNS", "localhost")}
+        client = server.client(decode_responses=True)
+        assert client.ping()
+        assert client.config_get("port") == {"port": "0"}  # no plain-text port
+        assert client.config_get("tls-port") == {"tls-port": str(server.port)}
+        assert client.config_get("tls-auth-clients") == {"tls-auth-clients": "no"}
+        assert client.info("server")["process_id"] == server.pid
+        client.close()
+        by_name = redis.Redis.from_url(server.url.replace("127.0.0.1", "localhost"))
+        assert by_name.ping()  # the certificate names localhost too
+        by_name.close()
+        plain = redis.Redis.from_url(
+            f"redis://127.0.0.1:{server.port}/0", socket_timeout=1, socket_connect_timeout=1
+        )
+        with pytest.raises(redis.exceptions.ConnectionError):
+            plain.ping()  # a plain-text client gets nothing
+        plain.close()
+
+
+@tls_test
+def test_tls_clients_verify_the_ca_and_the_host_name(tmp_path):
+    other = make_certificates(tmp_path / "other")  # a CA the server never used
+    with RedisServer(tmp_path / "a", tls=True, tls_hosts=("localhost",)) as server:
+        on_name = server.url.replace("127.0.0.1", "localhost")
+        assert redis.Redis.from_url(on_name).ping()
+        # 127.0.0.1 is not in this certificate: the host name check refuses it.
+        with pytest.raises(redis.exceptions.ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+            redis.Redis.from_url(server.url, socket_connect_timeout=2).ping()
+        for ca in (other.ca_cert, None):  # another CA, or the system's store
+            query = f"?ssl_ca_certs={ca}" if ca else ""
+            client = redis.Redis.from_url(
+                f"rediss://localhost:{server.port}/0{query}", socket_connect_timeout=2
+            )
+            with pytest.raises(redis.exceptions.ConnectionError, match="CERTIFICATE_VERIFY"):
+                client.ping()
+            client.close()
+
+
+@tls_test
+def test_tls_restart_makes_new_certificates_and_clients_reconnect(tmp_path):
+    with RedisServer(tmp_path, tls=True) as server:
+        client = server.client()
+        client.set("k", "v")
+        first_ca = server.ca_path.read_bytes()
+        pid = server.pid
+        server.restart()
+        assert server.pid != pid and server.ca_path.read_bytes() != first_ca
+        assert client.get("k") is None  # reconnected to the new, empty server
+        client.close()
+
+
+@tls_test
+def test_tls_client_auth_requires_a_client_certificate(tmp_path):
+    with RedisServer(tmp_path, tls=True, tls_client_auth=True) as server:
+        assert "ssl_certfile=" in server.url and "ssl_keyfile=" in server.url
+        assert server.client().ping()
+        assert server.client().config_get("tls-auth-clients") == {"tls-auth-clients": "yes"}
+        anonymous = redis.Redis.from_url(
+            f"rediss://127.0.0.1:{server.port}/0?ssl_ca_certs={server.ca_path}",
+            socket_timeout=2,
+            socket_connect_timeout=2,
+        )
+        with pytest.raises(redis.exceptions.ConnectionError):
+            anonymous.ping()
+        anonymous.close()
+
+
+def test_tls_options_are_checked_offline(tmp_path):
+    with pytest.raises(ValueError, match="tls_client_auth needs tls=True"):
+        RedisServer(tmp_path, tls_client_auth=True)
+    with pytest.raises(ValueError, match="tls and tls_client_auth"):
+        RedisServer(tmp_path, tls="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tls_hosts"):
+        RedisServer(tmp_path, tls=True, tls_hosts=())
+    with pytest.raises(RuntimeError, match="without tls=True"):
+        _ = RedisServer(tmp_path).tls_files
+    with pytest.raises(RuntimeError, match="start the server first"):
+        _ = RedisServer(tls=True).url
+    assert RedisServer(tmp_path).url.startswith("redis://")  # unchanged without TLS
+
+
+def test_tls_needs_openssl(monkeypatch, tmp_path):
+    fake = tmp_path / "redis-server"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert RedisServer.available() and not RedisServer.tls_available()
+    server = RedisServer(tmp_path / "w", tls=True)
+    with pytest.raises(FileNotFoundError, match="openssl is not on PATH"):
+        server.start()
+    assert not server.running

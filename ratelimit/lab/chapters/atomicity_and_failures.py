@@ -590,9 +590,12 @@ async def duplicate_members(
 # --- section 3: NOSCRIPT ----------------------------------------------------------------
 
 
-def script_sha() -> str:
-    """The SHA-1 Redis caches the sliding log's script under."""
-    return hashlib.sha1(scripts.source(algorithms.SLIDING_LOG.script).encode()).hexdigest()
+def script_sha(client: Any = None) -> str:
+    """The SHA-1 `client`'s Redis caches the sliding log's script under (None: the
+    embedded backend's; a real Redis gets the script with a shebang, see scripts.py)."""
+    name = algorithms.SLIDING_LOG.script
+    text = scripts.source(name) if client is None else scripts.for_client(name, client)
+    return hashlib.sha1(text.encode()).hexdigest()
 
 
 @dataclass
@@ -625,7 +628,7 @@ def replay_with_disturbances(
     between stretches, and call `disturb()` at each time in `at_s`; the replayed key is
     deleted afterwards."""
     limiter = ratelimit.sync.SlidingWindowLimiter(client, window_s, limit, prefix=prefix)
-    sha, bounds = script_sha(), [-np.inf, *at_s, np.inf]
+    sha, bounds = script_sha(client), [-np.inf, *at_s, np.inf]
     pieces, cached_after, cached_later = [], [], []
     for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         if i:

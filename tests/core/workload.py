@@ -1,0 +1,176 @@
+"""A workload that makes every kind of check every limiter makes, on one client: the
+four algorithms and the compact log, single checks, `check_many`, concurrent checks
+(auto-pipelined for asyncio), the rare script paths, Redis's own clock, and recovery
+from SCRIPT FLUSH (also a second flush during the reload, which goes by EVAL). Its
+outcomes compare across connections (an ACL user and an admin, TLS and plain TCP)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any
+
+import redis
+
+import ratelimit
+from ratelimit import Decision, RateLimiterUnavailable, algorithms
+from ratelimit.clock import ManualClock
+from tests.core.checks import check, check_many
+
+SPECS = [*algorithms.NAMES, algorithms.COMPACT_LOG.name]
+
+
+Outcome = Decision | RateLimiterUnavailable
+
+
+class Workload:
+    """Every kind of check every limiter makes, on one client, recording outcomes."""
+
+    def __init__(self, kind: str, client: Any, admin: redis.Redis, prefix: str, on_error: str):
+        self.kind, self.client, self.admin = kind, client, admin
+        self.prefix, self.on_error = prefix, on_error
+        self.outcomes: list[tuple[str, Any]] = []  # (step, normalised outcome)
+        self.failures: list[Outcome] = []
+
+    def limiter(self, spec: str, window: float, limit: int, **options: Any) -> Any:
+        algorithm = algorithms.get(spec)
+        if spec == algorithms.COMPACT_LOG.name:
+            options["storage"] = "compact"
+        cls = algorithm.limiter_class(self.kind)
+        return cls(
+            self.client, window, limit, self.prefix, on_error=self.on_error, timeout=5, **options
+        )
+
+    def _record(self, step: str, outcome: Outcome, exact: bool = True) -> None:
+        if isinstance(outcome, RateLimiterUnavailable) or outcome.degraded:
+            self.failures.append(outcome)
+            self.outcomes.append((step, "failed"))
+        elif exact:
+            self.outcomes.append((step, outcome))
+        else:  # decided on Redis's clock: the times differ from run to run
+            self.outcomes.append((step, (outcome.allowed, outcome.remaining)))
+
+    async def one(self, step: str, limiter: Any, who: str, cost: int = 1, exact=True) -> None:
+        try:
+            outcome: Outcome = await check(limiter, who, cost)
+        except RateLimiterUnavailable as exc:
+            outcome = exc
+        self._record(step, outcome, exact)
+
+    async def many(self, step: str, limiter: Any, who: list[str]) -> None:
+        try:
+            outcomes: list[Outcome] = await check_many(limiter, who)
+        except RateLimiterUnavailable as exc:
+            outcomes = [exc]
+        for outcome in outcomes:
+            self._record(step, outcome)
+
+    async def together(self, step: str, limiter: Any, who: list[str]) -> None:
+        """Concurrent checks: one auto-pipelined batch for an asyncio limiter (in the
+        order made); in sequence for a sync one."""
+        if self.kind == "sync":
+            for name in who:
+                await self.one(step, limiter, name)
+            return
+
+        async def one(name: str) -> Outcome:
+            try:
+                return await limiter.check(name)
+            except RateLimiterUnavailable as exc:
+                return exc
+
+        for outcome in await asyncio.gather(*(one(name) for name in who)):
+            self._record(step, outcome)
+
+    async def run(self) -> None:
+        admin = self.admin
+        for spec in SPECS:
+            clock = ManualClock(1_000_000.0)
+            lim = self.limiter(spec, 1, 3, clock=clock)
+            for _ in range(4):  # the fourth is rejected
+                await self.one(f"{spec} a", lim, "a")
+            await self.one(f"{spec} cost", lim, "b", 2)
+            await self.many(f"{spec} many", lim, ["a", "b", "c", "c"])
+            await self.together(f"{spec} together", lim, ["c", "d", "d", "e", "a", "d"])
+            clock.advance(1.5)
+            await self.one(f"{spec} later", lim, "a")
+            # Redis's own clock: TIME in the script.
+            on_redis = self.limiter(spec, 60, 2, clock="redis")
+            for _ in range(3):
+                await self.one(f"{spec} redis clock", on_redis, "r", exact=False)
+
+        # The compact log moving its start past a chunk (HDEL), then emptying (DEL).
+        clock = ManualClock(2_000_000.0)
+        log = self.limiter("logc", 1, 100, clock=clock)
+        await self.one("logc chunks", log, "x", 70)
+        clock.advance(0.5)
+        await self.one("logc chunks", log, "x", 10)
+        clock.advance(0.501)
+        await self.one("logc chunks", log, "x", 1)
+        clock.advance(3)
+        await self.one("logc chunks", log, "x", 1)
+
+        # A key of another type (an earlier version's hash) is replaced.
+        for spec in ("fw", "swc"):
+            lim = self.limiter(spec, 1, 3, clock=ManualClock(3_000_000.0))
+            admin.delete(lim.key_for("w"))
+            admin.hset(lim.key_for("w"), "old", "state")
+            await self.one(f"{spec} wrong type", lim, "w")
+
+        # SCRIPT FLUSH by an admin: a lone check, a pipelined batch and an
+        # auto-pipelined one each load the script again.
+        for spec in SPECS:
+            lim = self.limiter(spec, 1, 5, clock=ManualClock(4_000_000.0))
+            admin.script_flush()
+            await self.one(f"{spec} flushed", lim, "n")
+            admin.script_flush()
+            await self.many(f"{spec} flushed many", lim, ["n", "m"])
+            admin.script_flush()
+            await self.together(f"{spec} flushed together", lim, ["n", "m", "o"])
+
+        # A second flush between the reload and the retry: the check goes by EVAL.
+        lim = self.limiter("log", 1, 5, clock=ManualClock(5_000_000.0))
+        client = lim._client
+        original = client.script_load
+        if self.kind == "sync":
+
+            def load_then_flush(script: Any) -> Any:
+                sha = original(script)
+                admin.script_flush()
+                return sha
+        else:
+
+            async def load_then_flush(script: Any) -> Any:
+                sha = await original(script)
+                admin.script_flush()
+                return sha
+
+        client.script_load = load_then_flush
+        try:
+            admin.script_flush()
+            await self.one("flushed twice", lim, "s")
+        finally:
+            del client.script_load
+
+
+def connect(kind: str, url: str) -> Any:
+    return ratelimit.connect_sync(url) if kind == "sync" else ratelimit.connect(url)
+
+
+async def close(client: Any) -> None:
+    result = client.close() if not hasattr(client, "aclose") else client.aclose()
+    if isinstance(result, Awaitable):
+        await result
+
+
+async def run_workload(kind: str, url: str, admin: redis.Redis, prefix: str, on_error: str):
+    stale = list(admin.scan_iter(match=f"{prefix}:*"))
+    if stale:  # every run starts from no state, so its checks write
+        admin.delete(*stale)
+    client = connect(kind, url)
+    try:
+        work = Workload(kind, client, admin, prefix, on_error)
+        await work.run()
+        return work
+    finally:
+        await close(client)
