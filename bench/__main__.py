@@ -1,8 +1,9 @@
 """`make bench`: every figure a ratio against a baseline measured in the same round.
 
 Parts (see each module): checks (floors, our limiters, peers, check_many), sync,
-concurrency, cluster, server cost, memory per key, near-cache, replay, and a big access
-log planned end to end (logplan). Uses
+concurrency, cluster, server cost, memory per key, near-cache, replay, a big access
+log planned end to end (logplan), the limiter's added latency per HTTP request on the
+multi-worker demo app (http_latency) and a soak with API keys churning (soak). Uses
 REDIS_URL, else 127.0.0.1:6379 when it answers, else the embedded fakeredis (and
 says so). Writes build/bench/results.json, PNG figures and summary.txt (what it
 prints: the tables and every target's verdict) beside it.
@@ -23,6 +24,7 @@ from . import plot, readme, suite, summary
 
 PARTS = (
     "checks", "sync", "concurrency", "cluster", "cost", "memory", "nearcache", "replay", "logplan",
+    "http", "soak",
 )  # fmt: skip
 
 

@@ -34,7 +34,7 @@ LOG = "SlidingWindowLimiter"
 NOT_MEASURED = "not measured in this run"
 PARTS = (
     "checks", "sync", "concurrency", "cluster", "server_cost", "memory", "nearcache", "replay",
-    "logplan",
+    "logplan", "http", "soak",
 )  # fmt: skip
 
 
@@ -92,6 +92,14 @@ def _compiled(c: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_HTTP_FIELDS = (
+    "skipped", "workers", "connections", "rounds", "requests_per_route_per_round", "api_keys",
+    "server", "routes", "p50_ratio", "p99_ratio", "p50_added_ms", "p99_added_ms", "pooled",
+)  # fmt: skip
+_SOAK_FIELDS = (
+    "skipped", "seconds", "rate", "workers", "window_s", "limit", "requests_per_key", "requests",
+    "requests_per_s", "api_keys", "statuses", "keys_expired_after_s", "memory", "tolerance",
+)  # fmt: skip
 _TARGET_FIELDS = ("target", "verdict", "value", "unit", "op", "threshold", "quartiles", "skipped")
 
 
@@ -117,6 +125,10 @@ def record_of(report: dict[str, Any]) -> dict[str, Any]:
             record["replay"]["compiled"] = _compiled(report["replay"]["compiled"])
     if "logplan" in report:
         record["logplan"] = report["logplan"]
+    if "http" in report:
+        record["http"] = _pick(report["http"], *_HTTP_FIELDS)
+    if "soak" in report:
+        record["soak"] = _pick(report["soak"], *_SOAK_FIELDS)
     record["targets"] = [_pick(t, *_TARGET_FIELDS) for t in report.get("targets", [])]
     return record
 
@@ -396,6 +408,97 @@ def _other_parts(record: dict[str, Any]) -> list[str]:
     return _table(["other parts of the same run", "figure"], rows)
 
 
+def _http_table(h: dict[str, Any] | None) -> list[str]:
+    """p50 and p99 per route of the multi-worker app, and what the limiter adds."""
+    title = "HTTP, the demo app under uvicorn workers"
+    if h is None:
+        return [f"{title}: {NOT_MEASURED}."]
+    if _why_skipped(h):
+        return [f"{title}: {h['skipped']}"]
+    head = [
+        f"{title}: {h['workers']} workers, one private Redis; median of {h['rounds']} "
+        f"interleaved rounds of {h['requests_per_route_per_round']:,} requests per route over "
+        f"{h['connections']} connections, {h['api_keys']:,} API keys",
+        "p50 ms",
+        "p99 ms",
+        "requests/s",
+    ]
+    rows = [
+        [f"{name}: `{r['path']}`", f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", _n(r["per_s"])]
+        for name, r in h["routes"].items()
+    ]
+    rows.append(
+        [
+            "added by the limiter (same-round medians of limited - unlimited, and of limited / "
+            "unlimited)",
+            f"{h['p50_added_ms']:+.2f} ({_x(h['p50_ratio'])}x)",
+            f"{h['p99_added_ms']:+.2f} ({_x(h['p99_ratio'])}x)",
+            "",
+        ]
+    )
+    if "pooled" in h:
+        p = h["pooled"]
+        rows.append(
+            [
+                "the same, from each route's latencies over all rounds together (limited; "
+                "unlimited; added)",
+                f"{p['limited']['p50_ms']:.2f}; {p['unlimited']['p50_ms']:.2f}; "
+                f"{p['p50_added_ms']:+.2f} ({_x(p['p50_ratio'])}x)",
+                f"{p['limited']['p99_ms']:.2f}; {p['unlimited']['p99_ms']:.2f}; "
+                f"{p['p99_added_ms']:+.2f} ({_x(p['p99_ratio'])}x)",
+                "",
+            ]
+        )
+    return _table(head, rows)
+
+
+def _soak_table(k: dict[str, Any] | None) -> list[str]:
+    """Memory at baseline, at the peak and after the keys expired, with the verdicts."""
+    title = "soak, API keys churning"
+    if k is None:
+        return [f"{title}: {NOT_MEASURED}."]
+    if _why_skipped(k):
+        return [f"{title}: {k['skipped']}"]
+    expired = k["keys_expired_after_s"]
+    head = [
+        f"{title}: {k['seconds']:g} s at {k['rate']:g} requests/s asked "
+        f"({_n(k['requests_per_s'])}/s done), {k['api_keys']:,} keys (a new one every "
+        f"{k['requests_per_key']} requests), limit {k['limit']} per {k['window_s']} s, "
+        f"{k['workers']} workers",
+        "baseline",
+        "peak",
+        "after the keys expired",
+        "after / baseline",
+    ]
+    rows = []
+    for name, label in (
+        ("redis_used_memory", "Redis `used_memory`"),
+        ("workers_rss", "the workers' RSS, summed"),
+    ):
+        m = k["memory"][name]
+        ratio = m["after"] / m["baseline"]
+        limit = 1 + k["tolerance"][name]
+        verdict = "**met**" if ratio <= limit else "**not met**"
+        mib = [f"{m[w] / 2**20:,.2f} MiB" for w in ("baseline", "peak", "after")]
+        rows.append([label, *mib, f"{ratio:.3f}x ({verdict}: <= {limit:g}x)"])
+    keys = k["memory"]["redis_keys"]
+    when = (
+        "not all expired by the deadline"
+        if expired is None
+        else f"all expired {expired:.1f} s after the load"
+    )
+    rows.append(
+        [
+            "keys in Redis",
+            f"{keys['baseline']:,}",
+            f"{keys['peak']:,}",
+            f"{keys['after']:,}",
+            when,
+        ]
+    )
+    return _table(head, rows)
+
+
 def _need(t: dict[str, Any]) -> str:
     if t.get("threshold") is None:
         return ""
@@ -448,6 +551,8 @@ def render(record: dict[str, Any]) -> str:
         _cost_table(record.get("server_cost")),
         _memory_table(record.get("memory")),
         _concurrency_table(record.get("concurrency")),
+        _http_table(record.get("http")),
+        _soak_table(record.get("soak")),
         _other_parts(record),
         _targets(record.get("targets")),
     ]

@@ -3,7 +3,8 @@
 Parts that cannot run here say why in the report instead of failing the run: the
 peers without their packages or on fakeredis, the cluster when none is up (neither
 `RATELIMIT_CLUSTER_URL` nor a running `make cluster-up`), memory and server cost
-without a real server. Each part's duration is recorded (`timings_s`).
+without a real server, http and soak without redis-server (they start their own,
+whatever the other parts use) or the http extra. Each part's duration is recorded (`timings_s`).
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from . import (
     cluster,
     concurrency,
     hotpath,
+    http_latency,
     logplan,
     memory_per_key,
     nearcache,
     replay,
     server_cost,
+    soak,
     sync_checks,
 )
 from . import targets as targets_mod
@@ -65,6 +68,16 @@ class Options:
     nearcache_rounds: int = 9
     nearcache_checks: int = nearcache.CHECKS_PER_ROUND
     nearcache_trace_s: int = nearcache.TRACE_SECONDS
+    # http: the demo app as uvicorn workers on a private redis-server; interleaved rounds
+    # of requests per route (limited, unlimited) over a fixed number of connections
+    http_rounds: int = 15
+    http_requests: int = 300
+    http_workers: int = http_latency.WORKERS
+    http_connections: int = http_latency.CONNECTIONS
+    # soak: steady paced load with API keys churning, then idle until they expired
+    soak_seconds: float = soak.SECONDS
+    soak_rate: float = soak.RATE
+    soak_window_s: int = soak.WINDOW_S
     profile_n: int = 0  # 0: no cProfile of the hot path
     private_server: bool = True  # server cost and memory on a redis-server of our own
     parts: set[str] = field(
@@ -78,6 +91,8 @@ class Options:
             "nearcache",
             "replay",
             "logplan",
+            "http",
+            "soak",
         }
     )
 
@@ -98,6 +113,12 @@ class Options:
             nearcache_rounds=2,
             nearcache_checks=300,
             nearcache_trace_s=1,
+            http_rounds=2,
+            http_requests=40,
+            http_workers=2,
+            soak_seconds=3.0,
+            soak_rate=100.0,
+            soak_window_s=1,
         )
 
 
@@ -259,6 +280,14 @@ def run(options: Options | None = None, url: str | None = "auto") -> dict[str, A
     if "logplan" in o.parts:
         with timer.part("logplan"):
             report["logplan"] = logplan.run(o.logplan_lines, o.logplan_identities)
+    if "http" in o.parts:
+        with timer.part("http"):
+            report["http"] = http_latency.run(
+                o.http_rounds, o.http_requests, o.http_workers, o.http_connections
+            )
+    if "soak" in o.parts:
+        with timer.part("soak"):
+            report["soak"] = soak.run(o.soak_seconds, o.soak_rate, o.soak_window_s, o.http_workers)
     report["targets"] = targets_mod.judge(report)
     report["timings_s"] = timer.seconds
     return report

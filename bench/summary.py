@@ -91,6 +91,10 @@ def lines(report: dict[str, Any]) -> list[str]:
         out.append(f"same decisions as the model: {r['same_decisions_as_model']}")
     if "logplan" in report:
         out += [""] + _logplan(report["logplan"])
+    if "http" in report:
+        out += [""] + _http(report["http"])
+    if "soak" in report:
+        out += [""] + _soak(report["soak"])
     if "profile" in report:
         p = report["profile"]
         out += ["", f"cProfile of {p['checks']} sliding-log checks, 10k keys (own time per check)"]
@@ -118,6 +122,70 @@ def _logplan(lp: dict[str, Any]) -> list[str]:
             f"{r['lines_per_s']:>11,.0f} {r['peak_rss_bytes'] / 2**20:>13,.0f}"
         )
     out.append(f"peak RSS, big log / small log: {lp['rss_ratio_big_to_small']:.2f}")
+    return out
+
+
+def _http(h: dict[str, Any]) -> list[str]:
+    """The limited and the unlimited route of the multi-worker app, and their gap."""
+    if "skipped" in h:
+        return [f"http: {h['skipped']}"]
+    out = [
+        f"http: the demo app as {h['workers']} uvicorn workers on {h['server']}; median of "
+        f"{h['rounds']} interleaved rounds of {h['requests_per_route_per_round']:,} requests "
+        f"per route over {h['connections']} connections, {h['api_keys']:,} API keys",
+        f"{'route':40} {'p50 ms':>8} {'p99 ms':>8} {'requests/s':>11}  statuses",
+    ]
+    for name, r in h["routes"].items():
+        label = f"{name} {r['path']}"
+        statuses = ", ".join(f"{k}: {v:,}" for k, v in r["statuses"].items())
+        out.append(
+            f"{label:40} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['per_s']:>11,.0f}  {statuses}"
+        )
+    out.append(
+        f"added by the limiter (same-round medians): p50 {h['p50_added_ms']:+.2f} ms "
+        f"({h['p50_ratio']:.2f}x), p99 {h['p99_added_ms']:+.2f} ms ({h['p99_ratio']:.2f}x)"
+    )
+    if "pooled" in h:
+        p = h["pooled"]
+        out.append(
+            f"pooled over all rounds: limited p50 {p['limited']['p50_ms']:.2f} ms, p99 "
+            f"{p['limited']['p99_ms']:.2f} ms; unlimited p50 {p['unlimited']['p50_ms']:.2f} ms, "
+            f"p99 {p['unlimited']['p99_ms']:.2f} ms; added p50 {p['p50_added_ms']:+.2f} ms "
+            f"({p['p50_ratio']:.2f}x), p99 {p['p99_added_ms']:+.2f} ms ({p['p99_ratio']:.2f}x)"
+        )
+    return out
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+def _soak(k: dict[str, Any]) -> list[str]:
+    """Memory before, at the peak of, and after a soak with churning API keys."""
+    if "skipped" in k:
+        return [f"soak: {k['skipped']}"]
+    expired = k["keys_expired_after_s"]
+    when = f"{expired:.1f} s after the load" if expired is not None else "NOT ALL by the deadline"
+    out = [
+        f"soak: {k['seconds']:g} s at {k['rate']:g} requests/s asked "
+        f"({k['requests_per_s']:,.0f}/s done, {k['requests']:,} requests), "
+        f"{k['api_keys']:,} API keys (a new one every {k['requests_per_key']} requests), "
+        f"limit {k['limit']} per {k['window_s']} s, {k['workers']} workers; keys expired " + when,
+        f"{'figure':28} {'baseline':>14} {'peak':>14} {'after expiry':>14} {'after x base':>13}",
+    ]
+    for name, label in (
+        ("redis_used_memory", "Redis used_memory"),
+        ("workers_rss", "workers' RSS (sum)"),
+        ("redis_keys", "keys in Redis"),
+    ):
+        m = k["memory"][name]
+        if name == "redis_keys":
+            cells = [f"{m[w]:>14,}" for w in ("baseline", "peak", "after")]
+            out.append(f"{label:28} {' '.join(cells)}")
+            continue
+        cells = [f"{_mib(m[w]):>14}" for w in ("baseline", "peak", "after")]
+        ratio = m["after"] / m["baseline"]
+        out.append(f"{label:28} {' '.join(cells)} {ratio:>12.3f}x")
     return out
 
 

@@ -32,6 +32,11 @@ models' decisions.
 Access logs: planning a log takes bounded memory: the planning process's peak RSS on
 the big log (50 million lines) is <= 1.5x its peak on a log a tenth that size.
 
+HTTP and soak (`http_latency.py`, `soak.py`): every request to the limited route of the
+multi-worker demo app answered 200 (its added latency, p50 and p99, is shown, not
+judged); after a soak with keys churning, Redis `used_memory` <= 1.02x and the workers'
+RSS <= 1.05x their baselines, and no key left.
+
 The exact-log targets judge the default `SlidingWindowLimiter`; each storage of the
 log is reported beside it (INFO), or skipped with the reason when this build lacks it.
 Every row has a verdict: PASS, FAIL, SKIP (not measured here, with the reason) or
@@ -573,7 +578,7 @@ def _logplan_targets(lp: dict[str, Any]) -> list[dict]:
 
 def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Every target the report has figures for (a SKIP row with the reason otherwise)."""
-    from . import concurrency  # here: concurrency may build its rows with _ratio_row
+    from . import concurrency, http_latency, soak  # here: they build rows with _judged
 
     rows: list[dict[str, Any]] = []
     cost = report.get("server_cost")
@@ -593,4 +598,8 @@ def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
         rows += _replay_targets(report["replay"])
     if "logplan" in report:
         rows += _logplan_targets(report["logplan"])
+    if "http" in report:
+        rows += http_latency.targets(report["http"])
+    if "soak" in report:
+        rows += soak.targets(report["soak"])
     return rows
