@@ -78,3 +78,10 @@ def test_the_records_cover_every_chapter():
 
     stems = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
     assert stems == list(records.CHAPTERS)
+
+
+def test_the_acl_rule_is_the_generated_one():
+    from ratelimit import acl
+
+    # The rule stands on a line of its own in the README's code block.
+    assert acl.rule("rl") in README.splitlines()
