@@ -263,11 +263,13 @@ async def lose_admits(
         on_new_primary = admin.zcard(key)
     replicated.heal()  # a replica again: wait_replicas can be met once more
     after: list[Decision] = []
+    switching = 0  # degraded answers after the promotion (the script may have run)
     deadline = time.monotonic() + 10
     while not after or after[-1].allowed:
         decision = await check(limiter, who)
         if decision.degraded:  # still switching; not counted as a decision
             assert time.monotonic() < deadline, decision
+            switching += 1
             await asyncio.sleep(0.05)
             continue
         after.append(decision)
@@ -278,6 +280,7 @@ async def lose_admits(
         "on_old_primary": on_old_primary,
         "on_new_primary": on_new_primary,
         "promoted_after": promoted_after,
+        "switching": switching,
     }
 
 
