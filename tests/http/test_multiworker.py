@@ -24,6 +24,7 @@ import socket
 import uuid
 from collections import Counter, defaultdict
 
+import httpx
 import pytest
 import redis
 
@@ -150,6 +151,17 @@ def _listener() -> socket.socket:
     return sock
 
 
+async def _until_every_worker_answers(url: str, workers: list[int], within_s: float = 20) -> None:
+    """Fresh connections until each worker has served one: a worker still starting
+    accepts nothing, and the load's connections would all go to the others."""
+    seen: set[str] = set()
+    deadline = asyncio.get_running_loop().time() + within_s
+    while seen != {str(w) for w in workers}:
+        assert asyncio.get_running_loop().time() < deadline, (seen, workers)
+        async with httpx.AsyncClient() as client:  # a new connection each time
+            seen.add((await client.get(url + "/healthz")).headers[WORKER_HEADER.lower()])
+
+
 async def test_workers_on_one_redis_never_admit_more_than_the_limit(private_redis) -> None:
     """3 uvicorn workers, 4 API keys at about 10x their limit, 3 s: 200 or 429 only,
     headers right, at most LIMIT admits per key in any WINDOW_S of Redis's clock."""
@@ -172,6 +184,7 @@ async def test_workers_on_one_redis_never_admit_more_than_the_limit(private_redi
         server.start()
         workers = server.worker_pids()
         assert len(workers) == WORKERS and server.pid not in workers
+        await _until_every_worker_answers(server.url, workers)
         result = await run_load(
             server.url,
             plan,
