@@ -219,6 +219,14 @@ class LocalSentinel(Managed):
         with _admin(server.port) as client:
             return str(client.info("replication")["role"])
 
+    def _role_or_none(self, server: RedisServer) -> str | None:
+        """`role`, or None while the server drops its clients (as it does when Sentinel
+        turns it into a replica)."""
+        try:
+            return self.role(server)
+        except redis.exceptions.ConnectionError:
+            return None
+
     # Life cycle --------------------------------------------------------------------
 
     def start(self, timeout: float = 30.0) -> Self:
@@ -386,7 +394,7 @@ class LocalSentinel(Managed):
         """Wait until the data server at `address` is a replica; return the seconds."""
         began = time.monotonic()
         server = self.server_at(address)
-        while self.role(server) != "slave":
+        while self._role_or_none(server) != "slave":
             if time.monotonic() - began > timeout:
                 raise RuntimeError(self._failure(f"{address} still a primary after {timeout} s"))
             time.sleep(0.05)
