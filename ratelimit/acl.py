@@ -25,9 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from functools import cache
-from importlib import resources
 
-from . import validation
+from . import scripts, validation
 
 # What the client sends itself, besides the scripts' own commands.
 CLIENT_COMMANDS: tuple[str, ...] = ("evalsha", "eval", "script|load", "script|exists")
@@ -41,11 +40,6 @@ _CALL = re.compile(r"redis\.p?call\s*\(\s*(['\"]?)([A-Za-z|]*)\1?")
 _PCALL = re.compile(r"redis\.pcall\s*\(\s*['\"]([A-Za-z|]+)['\"]")
 _COMMENT = re.compile(r"--[^\n]*")
 _USER = re.compile(r"[^\s\x00-\x1f\x7f]+")
-
-
-def _lua_sources() -> dict[str, str]:
-    folder = resources.files(__package__).joinpath("lua")
-    return {p.name: p.read_text("utf-8") for p in folder.iterdir() if p.name.endswith(".lua")}
 
 
 def calls_in(source: str) -> list[str]:
@@ -65,7 +59,7 @@ def calls_in(source: str) -> list[str]:
 def script_commands() -> tuple[str, ...]:
     """Every command the limiters' Lua scripts call, lower-cased, sorted."""
     names: set[str] = set()
-    for text in _lua_sources().values():
+    for text in scripts.files().values():
         names.update(calls_in(text))
     return tuple(sorted(names))
 

@@ -27,6 +27,12 @@ def _read(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
+def files() -> dict[str, str]:
+    """Every `ratelimit/lua/*.lua` file's text (the prelude too), by file name."""
+    folder = resources.files(__package__).joinpath("lua")
+    return {p.name: p.read_text("utf-8") for p in folder.iterdir() if p.name.endswith(".lua")}
+
+
 @cache
 def source(name: str, *, shebang: bool = False) -> str:
     """The script `ratelimit/lua/<name>.lua`, behind the shared `prelude.lua`; with

@@ -183,6 +183,12 @@ class LocalSentinel(Managed):
     def ports(self) -> list[int]:
         return [p.port for p in (*self.servers, *self.sentinels) if p.port is not None]
 
+    def _announced_by(self, sentinel: Any) -> Address:
+        """The primary one Sentinel announces (TypeError when it announces none)."""
+        with sentinel.admin() as client:
+            host, port = client.sentinel_get_master_addr_by_name(self.service)
+        return host, int(port)
+
     def primary_address(self) -> Address:
         """The primary the Sentinels announce (the first that answers)."""
         errors = []
@@ -190,9 +196,7 @@ class LocalSentinel(Managed):
             if not sentinel.running:
                 continue
             try:
-                with sentinel.admin() as client:
-                    host, port = client.sentinel_get_master_addr_by_name(self.service)
-                return host, int(port)
+                return self._announced_by(sentinel)
             except (redis.exceptions.RedisError, TypeError) as exc:
                 errors.append(f"{sentinel.port}: {exc!r}")
         raise LookupError(f"no Sentinel announces a primary for {self.service!r}: {errors}")
@@ -350,9 +354,7 @@ class LocalSentinel(Managed):
                 if not sentinel.running:
                     continue
                 try:
-                    with sentinel.admin() as client:
-                        host, port = client.sentinel_get_master_addr_by_name(self.service)
-                    addresses.add((host, int(port)))
+                    addresses.add(self._announced_by(sentinel))
                 except (redis.exceptions.RedisError, TypeError):
                     addresses.add(None)  # type: ignore[arg-type]
             if len(addresses) == 1:
