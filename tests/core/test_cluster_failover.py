@@ -555,6 +555,19 @@ async def test_admits_lost_are_those_the_replica_never_received(replicated, load
 # The opt-in: an admit waits for the replica (`wait_replicas`) ------------------------
 
 
+async def until_replicas_acknowledge(limiter: Any, identities: list[str], within_s: float = 15):
+    """A replica that has just attached (a previous test restarted its node) may not
+    acknowledge a WAIT yet: admit each identity under a scratch prefix (same slot, same
+    master) until one comes back replicated, so the checks that follow are on a
+    replica that answers."""
+    warm = limiter.with_options(prefix=f"{limiter.prefix}:warm", on_error="deny")
+    for who in identities:
+        deadline = time.monotonic() + within_s
+        while (await check(warm, who)).degraded:
+            assert time.monotonic() < deadline, f"no replica acknowledged {who!r}"
+            await asyncio.sleep(0.05)
+
+
 @pytest.mark.parametrize("mode", ["async", "sync"])
 async def test_wait_replicas_admits_normally_with_a_healthy_replica(replicated, prefix, mode):
     """`wait_replicas=1` on a cluster client: with every replica attached, checks
@@ -566,6 +579,7 @@ async def test_wait_replicas_admits_normally_with_a_healthy_replica(replicated, 
         limiter = module.SlidingWindowLimiter(
             client, window_ms=60_000, limit=5, prefix=prefix, wait_replicas=1, on_error="raise"
         )
+        await until_replicas_acknowledge(limiter, ["single", "batch"])
         singles = [await check(limiter, "single") for _ in range(7)]
         batch = await check_many(limiter, ["batch"] * 7)
         for decisions in (singles, batch):
