@@ -191,18 +191,18 @@ def make_cases(
         return await batcher.check_many([ids_batch() for _ in range(BATCH)])
 
     # The default log's own script, KEYS and ARGV exactly as its check builds them
-    # (only ARGV[1], the time, changes between calls), without the limiter's code; on
-    # keys of their own, so that the log's case finds its keys as it left them.
+    # (`script_args`: the time, the cost, and the state a new key takes), without the
+    # rest of the limiter's code; on keys of their own, so that the log's case finds
+    # its keys as it left them.
     log = type(mine.limiters[log_name()])(client, 1, LIMIT, prefix=f"{prefix}:bare")
     bare = client.register_script(log._script.script)
-    args_tail = log._prepare("bench", 1)[1][1:]
     ids_args, ids_bare = Identities(), Identities()
 
     async def args_floor(i: int) -> Any:
-        return await noop(keys=[log.key_for(ids_args())], args=[_now_ms(), *args_tail])
+        return await noop(keys=[log.key_for(ids_args())], args=log.script_args(_now_ms(), 1))
 
     async def bare_script(i: int) -> Any:
-        return await bare(keys=[log.key_for(ids_bare())], args=[_now_ms(), *args_tail])
+        return await bare(keys=[log.key_for(ids_bare())], args=log.script_args(_now_ms(), 1))
 
     cases[ARGS_FLOOR_CASE] = rounds.sequential(args_floor)
     cases[BARE_SCRIPT_CASE] = rounds.sequential(bare_script)

@@ -66,7 +66,7 @@ def prepared(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
 
 
 def model(name: str) -> Any:
-    return algorithms.get(name).limiter_class("reference")(WINDOW_S, LIMIT)
+    return algorithms.get(name).build("reference", WINDOW_S, LIMIT)
 
 
 def _kernel(name: str, arrays: tuple[np.ndarray, ...]) -> float:

@@ -1,6 +1,6 @@
 """The library's command line: `python -m ratelimit COMMAND ...`.
 
-    python -m ratelimit key demo --scope geofence --prefix demo
+    python -m ratelimit key demo --scope geofence --prefix demo --algorithm log
     demo:log:{GYTthtZt6_IjW9bBdrPKFw}
 
 `key` prints the Redis key that holds a client's budget on a route limited by
@@ -86,9 +86,10 @@ def parser() -> argparse.ArgumentParser:
     )
     key.add_argument(
         "--algorithm",
-        default=algorithms.SLIDING_LOG.name,
+        default=algorithms.LOG_STORAGES[algorithms.DEFAULT_LOG_STORAGE].name,
         choices=_ALGORITHMS,
-        help="the limiter's algorithm tag (default: log; logc is the compact log)",
+        help="the limiter's algorithm tag (default: logc, the sliding log's default "
+        "storage; log is its storage=sorted-set)",
     )
     key.add_argument(
         "--readable-keys", action="store_true", help="the limiter has readable_keys=True"

@@ -10,14 +10,13 @@ from typing import Any
 
 import redis.exceptions
 
-from . import acl, nearcache
+from . import acl, nearcache, scripts
 from . import clock as clocks
 from .backends import is_embedded
 from .cluster_client import guarded, is_cluster
 from .decision import Decision
 from .errors import RateLimiterUnavailable
 from .policy import Policy
-from .scripts import for_client
 from .validation import non_negative_int
 
 log = logging.getLogger("ratelimit")
@@ -42,7 +41,7 @@ class NotReplicated(redis.exceptions.RedisError):
 
 
 def admits(reply: Any) -> bool:
-    """True when a script's raw reply admits the request (see lua/prelude.lua)."""
+    """True when a script's raw reply admits the request (see lua/epilogue.lua)."""
     return reply >= 0 if type(reply) is int else bool(int(reply[0]))
 
 
@@ -75,20 +74,19 @@ class LimiterBase(Policy):
         self.near_cache = (
             None if size is None else nearcache.NearCache(self.algorithm, self.limit, size)
         )
+        # The script carries this limiter's options as constants (see scripts.py); a
+        # real Redis gets it behind the shebang.
+        constants = scripts.constants(self)
         self._script = self._client_for_script(redis).register_script(
-            for_client(self.algorithm.script, redis)  # a real Redis gets the shebang; see scripts
+            scripts.for_client(self.algorithm.script, redis, constants)
         )
-        # The hot path calls EVALSHA on the client itself (see `_call`) with the
-        # constant arguments already encoded, and reads the host's clock directly.
+        # The hot path calls EVALSHA on the client itself (see `_call`) and reads the
+        # host's clock directly.
         self._client = self._script.registered_client
         self._host_clock = self.clock is clocks.DEFAULT
-        self._window_arg = str(self.window_ms).encode()
-        self._limit_arg = str(self.limit).encode()
-        tail = (self.ttl_slack_ms, self.state_ttl_ms() + self.ttl_slack_ms, *self.extra_args())
-        self._argv_tail = tuple(str(v).encode() for v in tail)
-        # The radixes of a one-integer reply (lua/prelude.lua).
-        self._limit_base = self.max_remaining() + 1
-        self._retry_base = 2 * self.window_ms + 1
+        self._opener = scripts.opener(self)
+        # The radixes of a one-integer reply (lua/epilogue.lua).
+        self._limit_base, self._retry_base = constants["L1"], constants["R"]
         if self.wait_replicas:  # chosen once here: the default path has no extra test
             self._call = self._call_waiting  # type: ignore[attr-defined]
         # A cluster sends a waiting check to the key's master itself (cluster_client).
@@ -170,7 +168,7 @@ class LimiterBase(Policy):
         """A rejection the near-cache still holds for this check (None: ask Redis), and
         the check's time on the cache's clock, to pass on to `_learn`."""
         sent = self._local_ms(args[0])
-        return self.near_cache.lookup(keys[0], args[3], sent), sent  # type: ignore[union-attr]
+        return self.near_cache.lookup(keys[0], args[1], sent), sent  # type: ignore[union-attr]
 
     def _learn(self, keys: list[str], args: list[Any], decision: Decision, sent: float) -> None:
         """Tell the near-cache what Redis decided."""
@@ -178,7 +176,7 @@ class LimiterBase(Policy):
         if decision.allowed:  # new entries: a cached rejection's retry is stale
             cache.forget(keys[0])  # type: ignore[union-attr]
         else:
-            cache.remember(keys[0], args[3], decision, sent, self._local_ms(args[0]))  # type: ignore[union-attr]
+            cache.remember(keys[0], args[1], decision, sent, self._local_ms(args[0]))  # type: ignore[union-attr]
 
     def _prepare(self, identity: str | bytes, cost: Any) -> tuple[list[str], list[Any]]:
         """Validate a request and build the script's KEYS and ARGV."""
@@ -190,8 +188,15 @@ class LimiterBase(Policy):
         else:
             now = clocks.now_ms(self.clock)
             now_arg = b"" if now is None else now
-        args = [now_arg, self._window_arg, self._limit_arg, cost, *self._argv_tail]
-        return [key], args
+        return [key], self.script_args(now_arg, cost)
+
+    def script_args(self, now_arg: Any, cost: int) -> list[Any]:
+        """ARGV of a check of `cost` sent at `now_arg` (ms, or b"" for Redis's clock):
+        see lua/prelude.lua."""
+        opener = self._opener
+        if opener is None:
+            return [now_arg, cost]
+        return [now_arg, cost, b"" if now_arg == b"" else opener(now_arg, cost)]
 
     def _prepare_many(
         self, identities: Iterable[str | bytes], costs: int | Iterable[int]
@@ -213,7 +218,7 @@ class LimiterBase(Policy):
         """The `Decision` in a script's reply; `now` is the time the check sent (its
         ARGV[1]), the decision time of a reply that is one integer."""
         if type(reply) is int:
-            # One integer: see "reply" in lua/prelude.lua.
+            # One integer: see lua/epilogue.lua.
             if reply >= 0:
                 reset, remaining = divmod(reply, self._limit_base)
                 return Decision(True, self.limit, remaining, 0, reset, decided_at_ms=now)

@@ -29,13 +29,26 @@ import math
 import weakref
 from typing import Any
 
+import redis.asyncio
+import redis.asyncio.connection
 import redis.exceptions
 
+from .backends import is_embedded
 from .cluster_client import cluster_batch_async, is_cluster
 
 # At most this many checks per pipeline: a larger turn sends several. Bounds the memory
 # of one batch and the size of one write.
 MAX_BATCH = 1000
+
+# At most this many idle connections kept for lone checks (and at most half of a
+# bounded pool's); more go back to the pool. Checks one at a time need one. They are
+# kept only until the loop's next turn (see `AutoPipeline.send`).
+MAX_IDLE = 4
+
+# redis-py's own methods, as found on import: an override means the lone path is
+# not taken (see `_made`), or not its own write (see `_write`).
+_EXECUTE = redis.asyncio.Redis.execute_command
+_SEND = redis.asyncio.connection.AbstractConnection.send_packed_command
 
 # One queued check: (limiter, KEYS, ARGV, the future its caller awaits).
 Entry = tuple[Any, list[Any], list[Any], asyncio.Future]
@@ -52,14 +65,113 @@ class _Batch:
 
 
 class AutoPipeline:
-    """The open batch of one client and the flushes in flight. Holds no reference to
-    the client (the registry below is keyed weakly on it): each queued check brings
-    its limiter, and the limiter its client."""
+    """The open batch of one client, the flushes in flight, and the connections its
+    lone checks reuse. Holds no reference to the client (the registry below is keyed
+    weakly on it): each queued check brings its limiter, and the limiter its client.
 
-    def __init__(self, cluster: bool) -> None:
+    A lone check (`command`) skips redis-py's per-command machinery: it takes an idle
+    connection leased from the client's own pool (so connecting, TLS, AUTH, HELLO and
+    Sentinel discovery stay redis-py's), writes the packed command, reads the reply and
+    keeps the connection for a check that follows at once. Taking a connection from the
+    pool and giving it back costs about as much client time as the rest of redis-py's
+    call. The connections kept go back to the pool on the loop's next turn, so the
+    client's other commands never find its pool short by them.
+    `pool` is None where that does not apply (a cluster, the embedded fakeredis, a
+    client of another kind): `command` is then not used.
+    """
+
+    def __init__(self, cluster: bool, pool: Any = None) -> None:
         self._cluster = cluster
         self._open: _Batch | None = None
         self._flushing: set[asyncio.Task] = set()  # strong references while they run
+        self.pool = pool
+        # Leased from `pool` and ready to send (no reply left unread on any of them),
+        # all bound to `_idle_loop`: an asyncio connection works only in its own loop.
+        # The pool counts them in use, so the client's close disconnects them too.
+        self._idle: list[Any] = []
+        self._idle_loop: asyncio.AbstractEventLoop | None = None
+        self._max_idle = _max_idle(pool)
+        # The callback, queued for the loop's next turn, that hands `_idle` back.
+        self._give_back: asyncio.Handle | None = None
+
+    async def command(self, command: tuple[Any, ...]) -> Any:
+        """One command's reply (an error reply raised), sent as `send` sends."""
+        (reply,) = await self.send((command,))
+        if isinstance(reply, redis.exceptions.ResponseError):
+            raise reply
+        return reply
+
+    async def send(self, commands: tuple[Any, ...] | list[Any]) -> list[Any]:
+        """Write `commands` at once on an idle connection and read all their replies,
+        error replies in place (read whole: the connection is kept). On any other
+        error or on cancellation the connection is closed and handed back to the
+        pool, since a reply may be left unread on it."""
+        idle = self._idle
+        loop = asyncio.get_running_loop()
+        if idle and self._idle_loop is loop:
+            conn = idle.pop()
+        else:
+            conn = await self._lease(loop)
+        try:
+            await _write(conn, _packed(conn, commands))
+            replies = []
+            for _ in commands:
+                try:
+                    # No timer per read: the caller's own timeout bounds it.
+                    replies.append(await conn.read_response(timeout=math.inf))
+                except redis.exceptions.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException as exc:
+            await self._drop(conn, exc)
+            raise
+        idle = self._idle  # (a new list if another loop's check came meanwhile)
+        if len(idle) < self._max_idle and self._idle_loop is loop:
+            idle.append(conn)
+            if self._give_back is None:
+                self._give_back = loop.call_soon(self._hand_back, loop)
+        else:
+            await self.pool.release(conn)
+        return replies
+
+    def _hand_back(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the turn after a check: give the pool the connections no check took
+        meanwhile. Checks made one after another in one task never yield in between,
+        so they keep reusing theirs; any other code that runs first finds the pool
+        whole."""
+        self._give_back = None
+        if self._idle_loop is not loop:
+            return
+        kept, self._idle = self._idle, []
+        for conn in kept:
+            _run_now(self.pool.release(conn), loop, self._flushing)
+
+    async def _lease(self, loop: asyncio.AbstractEventLoop) -> Any:
+        if self._idle_loop is not loop:
+            # Those of another loop (a finished `asyncio.run`) go back to the pool,
+            # which then treats them as it treats its own.
+            stale, self._idle, self._idle_loop = self._idle, [], loop
+            for conn in stale:
+                await self.pool.release(conn)
+        return await _get_connection(self.pool)
+
+    async def _drop(self, conn: Any, exc: BaseException) -> None:
+        try:
+            await conn.disconnect(nowait=True)  # (redis-py has mostly done it already)
+        finally:
+            await self.pool.release(conn)
+        if isinstance(exc, redis.exceptions.ConnectionError):
+            # A dropped connection (restart, failover, CLIENT KILL) means the idle
+            # ones, ours and the pool's, are likely gone too, and the pool cannot
+            # always tell (an asyncio socket whose close the loop has not seen yet):
+            # closed, they reconnect on next use, so the retry gets a working one.
+            while True:  # (pop: other checks may be giving theirs back meanwhile)
+                try:
+                    other = self._idle.pop()
+                except IndexError:
+                    break
+                await other.disconnect(nowait=True)
+                await self.pool.release(other)
+            await self.pool.disconnect(inuse_connections=False)
 
     def alone(self) -> bool:
         """True when a check made now would be a batch of one, so it may be sent at
@@ -71,7 +183,10 @@ class AutoPipeline:
         if batch is not None and batch.loop is loop:
             return False
         ready = getattr(loop, "_ready", None)
-        return ready is not None and not ready
+        if ready is None:
+            return False
+        # The lane's own hand-back (see `send`) is no check that could join a batch.
+        return not ready or (len(ready) == 1 and ready[0] is self._give_back)
 
     def submit(self, limiter: Any, keys: list[Any], args: list[Any]) -> asyncio.Future:
         """Queue one script call; the future gets the script's raw reply or the error
@@ -236,17 +351,18 @@ async def _send(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
     """Write `commands` at once on one pooled connection and read all their replies:
     what redis-py's non-transactional pipeline does, without its bookkeeping per
     command and its timer per reply (together about half of a pipelined command's
-    client time). The flush's deadline bounds the reads instead."""
+    client time). The flush's deadline bounds the reads instead. The client's idle
+    connections serve when it has them (`AutoPipeline.send`)."""
+    lane = for_client(client)
+    if lane.pool is not None:
+        return await lane.send(commands)
     pool = getattr(client, "connection_pool", None)
     if pool is None:  # not redis-py's kind of client: its own pipeline
         pipe = client.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
         return await pipe.execute(raise_on_error=False)
-    try:
-        conn = await pool.get_connection()
-    except TypeError:  # redis-py before 5.3 wants a command name
-        conn = await pool.get_connection("EVALSHA")
+    conn = await _get_connection(pool)
     try:
         # On any error or cancellation in these two calls, redis-py closes the
         # connection, so no unread reply is left for its next user.
@@ -260,6 +376,69 @@ async def _send(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
         return replies
     finally:
         await pool.release(conn)
+
+
+def _run_now(coro: Any, loop: asyncio.AbstractEventLoop, tasks: set[asyncio.Task]) -> None:
+    """Run `coro` to its end at once if it never has to wait (the pool's release does
+    not, unless its connection must reconnect or re-authenticate); else a task (kept
+    in `tasks`) finishes it. A task alone would start only after every task already
+    queued, which may be the very commands that need the connection back."""
+    try:
+        waiting = coro.send(None)
+    except StopIteration:
+        return
+    task = loop.create_task(_finish(coro, waiting))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+
+async def _finish(coro: Any, waiting: Any) -> None:
+    """Go on with a coroutine that `_run_now` started by hand, as a task would: wait
+    for what it waits for, then resume it, until it returns."""
+    while True:
+        if waiting is None:  # a bare yield, as in asyncio.sleep(0)
+            await asyncio.sleep(0)
+        else:
+            waiting._asyncio_future_blocking = False
+            await asyncio.wait([waiting])
+        try:
+            waiting = coro.send(None)
+        except StopIteration:
+            return
+
+
+async def _write(conn: Any, packed: list[bytes]) -> None:
+    """`conn.send_packed_command(packed)` without the task and timer that redis-py
+    puts around each write when the connection has a socket timeout (a third of a
+    lone check's client time): the check's own timeout bounds it instead. The
+    caller closes the connection on any error."""
+    writer = getattr(conn, "_writer", None)
+    if (
+        writer is None  # not connected yet
+        or conn.health_check_interval  # a PING may be due first
+        or type(conn).send_packed_command is not _SEND  # a subclass's own sending
+    ):
+        await conn.send_packed_command(packed)
+        return
+    try:
+        writer.writelines(packed)
+        await writer.drain()  # at once, unless the socket's buffer is full
+    except OSError as exc:  # as redis-py reports it, so that the check retries
+        raise redis.exceptions.ConnectionError(f"Error while writing to socket: {exc}") from exc
+
+
+def _max_idle(pool: Any) -> int:
+    """How many idle connections a lane keeps: MAX_IDLE, but at most half of a
+    bounded pool, so that the client's other commands still get connections."""
+    bound = getattr(pool, "max_connections", None)
+    return MAX_IDLE if not isinstance(bound, int) else min(MAX_IDLE, bound // 2)
+
+
+async def _get_connection(pool: Any) -> Any:
+    try:
+        return await pool.get_connection()
+    except TypeError:  # redis-py before 5.3 wants a command name
+        return await pool.get_connection("EVALSHA")
 
 
 def _packed(conn: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
@@ -331,7 +510,20 @@ def for_client(client: Any) -> AutoPipeline:
     try:
         found = _BY_CLIENT.get(client)
         if found is None:
-            found = _BY_CLIENT[client] = AutoPipeline(is_cluster(client))
+            found = _BY_CLIENT[client] = _made(client)
         return found
-    except TypeError:  # not weak-referenceable: the limiter batches on its own
-        return AutoPipeline(is_cluster(client))
+    except TypeError:  # not weak-referenceable: the limiter batches on its own (and
+        return AutoPipeline(is_cluster(client))  # keeps no connections nobody would free)
+
+
+def _made(client: Any) -> AutoPipeline:
+    pool = getattr(client, "connection_pool", None)
+    leasable = (
+        isinstance(client, redis.asyncio.Redis)
+        and isinstance(pool, redis.asyncio.ConnectionPool)
+        and not is_embedded(client)
+        # A client that sends its commands its own way (a subclass, tracing that
+        # wraps the method) keeps doing so for every check.
+        and type(client).execute_command is _EXECUTE
+    )
+    return AutoPipeline(is_cluster(client), pool if leasable else None)

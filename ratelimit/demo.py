@@ -212,7 +212,9 @@ def create_app(
     owned = redis is None
     if owned:
         redis = connect()
-    common = {"clock": clock, "timeout": timeout}
+    # The sorted-set log, so that `redis-cli ZCARD` on a route's key shows its entries
+    # (the default, compact storage decides alike in a few bytes per entry).
+    common = {"clock": clock, "timeout": timeout, "storage": "sorted-set"}
     within_limiter = SlidingWindowLimiter(
         redis, window_s, within_limit, prefix, on_error=within_on_error, **common
     )

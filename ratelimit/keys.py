@@ -121,13 +121,14 @@ def route_key(
     address: str | None = None,
     scope: str = "default",
     prefix: str = "rl",
-    algorithm: str = "log",
+    algorithm: str = "logc",
     secret: bytes | None = None,
     readable: bool = False,
 ) -> str:
     """The Redis key holding the budget of `api_key` (or of a client `address`, an IPv6
     one as its network, e.g. "2001:db8::/64") on the route `scope`, for a limiter built
-    with `prefix`, `algorithm` ("log", "logc" for the compact log, "fw", "swc", "gcra"),
+    with `prefix`, `algorithm` ("logc": the sliding log's default storage; "log" with
+    storage="sorted-set", "fw", "swc", "gcra"),
     `key_secret=secret` and `readable_keys=readable`: the key that route's
     `RateLimit.key_for(api_key)` names."""
     if (api_key is None) == (address is None):

@@ -51,7 +51,13 @@ class AsyncLimiter(LimiterBase):
         super().__init__(redis, *args, **kwargs)
         self._options["auto_pipeline"] = auto_pipeline
         self.auto_pipeline = auto_pipeline
-        self._batcher = autopipeline.for_client(redis) if auto_pipeline else None
+        # The client's shared AutoPipeline: its batches, and its idle connections for
+        # the checks sent alone (see `_call_lone`).
+        lane = autopipeline.for_client(redis)
+        self._batcher = lane if auto_pipeline else None
+        if lane.pool is not None and not self.wait_replicas:
+            self._lane = lane
+            self._call = self._call_lone  # type: ignore[method-assign]
         if self._batcher is not None:  # chosen once: a waiting check marks its batch
             self._submit = (
                 self._batcher.submit_waiting if self.wait_replicas else self._batcher.submit
@@ -166,14 +172,25 @@ class AsyncLimiter(LimiterBase):
             return await self._call(keys, args)
 
     async def _call(self, keys: list[str], args: list[Any]) -> list[int]:
-        client = self._client
         try:
             # EVALSHA on the client itself: redis-py's Script wrapper costs a few
             # microseconds a call, which the hot path cannot afford.
-            return await client.evalsha(self._script.sha, len(keys), *keys, *args)
+            return await self._client.evalsha(self._script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
-            pass
+            return await self._reload(keys, args)
+
+    async def _call_lone(self, keys: list[str], args: list[Any]) -> list[int]:
+        """`_call` on one of the client's idle connections (`AutoPipeline.command`),
+        without redis-py's per-command work; a NOSCRIPT is recovered as by `_call`."""
+        script = self._script
+        try:
+            return await self._lane.command(("EVALSHA", script.sha, len(keys), *keys, *args))
+        except redis.exceptions.NoScriptError:
+            return await self._reload(keys, args)
+
+    async def _reload(self, keys: list[str], args: list[Any]) -> list[int]:
         # The script cache was emptied (restart, failover, SCRIPT FLUSH): reload, retry.
+        client = self._client
         self._script.sha = await client.script_load(self._script.script)
         try:
             return await client.evalsha(self._script.sha, len(keys), *keys, *args)
@@ -206,8 +223,8 @@ class AsyncLimiter(LimiterBase):
 
 
 class SlidingWindowLimiter(LogPolicy, AsyncLimiter):
-    """Sliding-window log: exact. `storage="sorted-set"` (the default) keeps one
-    sorted-set member per admitted unit of cost; `storage="compact"` about 6 bytes."""
+    """Sliding-window log: exact. `storage="compact"` (the default) keeps about 6 bytes per
+    admitted unit of cost; `storage="sorted-set"` one sorted-set member per unit."""
 
 
 class FixedWindowLimiter(AsyncLimiter):

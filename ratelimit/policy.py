@@ -154,13 +154,9 @@ class Policy:
         """`cost` if it is an integer from 1 to the limit, else ValueError."""
         return validation.cost(cost, self.limit)
 
-    def extra_args(self) -> tuple[int, ...]:
-        """Script arguments beyond the common ones (see lua/prelude.lua)."""
-        return ()
-
     def state_ttl_ms(self) -> int:
         """How long the state a check writes at its own time can matter (the key's TTL
-        before slack): sent with every check, so scripts need not format a number."""
+        before slack): a constant of the script, so it need not format a number."""
         return self.window_ms * self.algorithm.ttl_windows
 
     def max_remaining(self) -> int:
@@ -210,9 +206,6 @@ class GcraPolicy(Policy):
             else validation.positive_int("burst", burst, validation.MAX_LIMIT)
         )
         self._max_cost = min(self.limit, self.burst)
-
-    def extra_args(self) -> tuple[int, ...]:
-        return (self.burst,)
 
     def state_ttl_ms(self) -> int:
         # The TAT is at most the tolerance (window * burst / limit) ahead of the time

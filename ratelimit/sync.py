@@ -9,15 +9,20 @@ limiter.check("api-key-123")
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
+import redis
 import redis.exceptions
 
 from . import algorithms
 from ._core import UNAVAILABLE, LimiterBase, NotReplicated
-from .backends import bounded_client, connect_sync
+from .autopipeline import _max_idle, _packed
+from .backends import bounded_client, connect_sync, is_embedded
 from .cluster_client import cluster_batch, cluster_batch_waiting, is_cluster, node_send
 from .decision import Decision
 from .policy import GcraPolicy, LogPolicy
@@ -34,8 +39,109 @@ __all__ = [
 ]
 
 
+class _Lane:
+    """The idle connections that the lone checks on one (bounded) client reuse, as
+    `ratelimit.autopipeline.AutoPipeline.command` does for asyncio: leased from the
+    client's own pool (connecting, TLS, AUTH, Sentinel discovery stay redis-py's),
+    kept after a clean reply, so a check skips the pool's lock, its connection check
+    and redis-py's per-command work. Shared by threads: `list.pop` and `append` are
+    atomic, so each connection is used by one thread at a time."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self._idle: list[Any] = []  # leased, no reply left unread on any of them
+        self._max_idle = _max_idle(pool)
+        self._pid = os.getpid()
+
+    def command(self, command: tuple[Any, ...]) -> Any:
+        """Send one command on an idle connection and return its reply; an error reply
+        is raised (its connection, read whole, is kept). On any other error the
+        connection is closed and handed back to the pool: a reply may be unread on it."""
+        if self._pid != os.getpid():
+            # A forked child must not share its parent's sockets: forget them (the
+            # pool, which checks the pid too, makes new ones).
+            self._idle, self._pid = [], os.getpid()
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._lease()
+        try:
+            conn.send_packed_command(_packed(conn, (command,)))
+            try:
+                reply = conn.read_response()
+            except redis.exceptions.ResponseError as exc:  # an error reply, read whole
+                reply = exc
+        except BaseException as exc:
+            self._drop(conn, exc)
+            raise
+        idle = self._idle
+        if len(idle) < self._max_idle:
+            idle.append(conn)
+        else:
+            self.pool.release(conn)
+        if isinstance(reply, redis.exceptions.ResponseError):
+            raise reply
+        return reply
+
+    def _lease(self) -> Any:
+        try:
+            return self.pool.get_connection()
+        except TypeError:  # redis-py before 5.3 wants a command name
+            return self.pool.get_connection("EVALSHA")
+
+    def _drop(self, conn: Any, exc: BaseException) -> None:
+        try:
+            conn.disconnect()  # (redis-py has mostly done it already)
+        finally:
+            self.pool.release(conn)
+        if isinstance(exc, redis.exceptions.ConnectionError):
+            # A dropped connection (restart, failover, CLIENT KILL) means the idle
+            # ones, ours and the pool's, are likely gone too: closed, they reconnect
+            # on next use, so the retry gets a working one (as in the async lane).
+            while True:  # (pop: other threads may be giving theirs back meanwhile)
+                try:
+                    other = self._idle.pop()
+                except IndexError:
+                    break
+                other.disconnect()
+                self.pool.release(other)
+            self.pool.disconnect(inuse_connections=False)
+
+
+# One _Lane per bounded client (limiters built alike share it). Weak keys: a client
+# nobody uses any more is not kept alive by this table.
+_LANES: weakref.WeakKeyDictionary[Any, _Lane] = weakref.WeakKeyDictionary()
+_LANES_LOCK = threading.Lock()
+_EXECUTE = redis.Redis.execute_command
+
+
+def _lane_for(client: Any) -> _Lane | None:
+    """The shared _Lane of `client`; None where lone checks go through the client
+    itself (a cluster, the embedded fakeredis, a client of another kind)."""
+    pool = getattr(client, "connection_pool", None)
+    if not (
+        isinstance(client, redis.Redis)
+        and isinstance(pool, redis.ConnectionPool)
+        and not is_embedded(client)
+        and type(client).execute_command is _EXECUTE  # as in `autopipeline._made`
+    ):
+        return None
+    with _LANES_LOCK:
+        lane = _LANES.get(client)
+        if lane is None:
+            lane = _LANES[client] = _Lane(pool)
+    return lane
+
+
 class SyncLimiter(LimiterBase):
     """Shared `check` for the synchronous limiters."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        lane = _lane_for(self._client)
+        if lane is not None and not self.wait_replicas:
+            self._lane = lane
+            self._call = self._call_lone  # type: ignore[method-assign]
 
     def _client_for_script(self, redis: Any) -> Any:
         return bounded_client(redis, self.timeout)
@@ -130,11 +236,22 @@ class SyncLimiter(LimiterBase):
     def _call(self, keys: list[str], args: list[Any]) -> list[int]:
         # As in the async limiter: EVALSHA on the client itself; after NOSCRIPT reload
         # and retry once, and use EVAL if a second flush lands during the reload.
-        client = self._client
         try:
-            return client.evalsha(self._script.sha, len(keys), *keys, *args)
+            return self._client.evalsha(self._script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
-            pass
+            return self._reload(keys, args)
+
+    def _call_lone(self, keys: list[str], args: list[Any]) -> list[int]:
+        """`_call` on one of the client's idle connections (`_Lane.command`), without
+        redis-py's per-command work; a NOSCRIPT is recovered as by `_call`."""
+        script = self._script
+        try:
+            return self._lane.command(("EVALSHA", script.sha, len(keys), *keys, *args))
+        except redis.exceptions.NoScriptError:
+            return self._reload(keys, args)
+
+    def _reload(self, keys: list[str], args: list[Any]) -> list[int]:
+        client = self._client
         self._script.sha = client.script_load(self._script.script)
         try:
             return client.evalsha(self._script.sha, len(keys), *keys, *args)
@@ -166,8 +283,8 @@ class SyncLimiter(LimiterBase):
 
 
 class SlidingWindowLimiter(LogPolicy, SyncLimiter):
-    """Sliding-window log: exact. `storage="sorted-set"` (the default) keeps one
-    sorted-set member per admitted unit of cost; `storage="compact"` about 6 bytes."""
+    """Sliding-window log: exact. `storage="compact"` (the default) keeps about 6 bytes per
+    admitted unit of cost; `storage="sorted-set"` one sorted-set member per unit."""
 
 
 class FixedWindowLimiter(SyncLimiter):

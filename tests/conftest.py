@@ -117,3 +117,24 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         _missing("redis-server and redis-cli are needed for the Redis Cluster tests")
     with LocalCluster(tmp_path_factory.mktemp("cluster")) as local:
         yield local
+
+
+@pytest.fixture
+def flush_after_script_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every SCRIPT LOAD is followed at once by a SCRIPT FLUSH on the same server: the
+    timing of another client's flush (or a failover) landing between redis-py's reload
+    of a script and its second EVALSHA, made deterministic."""
+    load = redis.Redis.script_load  # one function, shared by the sync and async clients
+
+    def sync_load(self: redis.Redis, script: str) -> str:
+        sha = load(self, script)
+        self.script_flush()
+        return sha
+
+    async def async_load(self: redis.asyncio.Redis, script: str) -> str:
+        sha = await load(self, script)
+        await self.script_flush()
+        return sha
+
+    monkeypatch.setattr(redis.Redis, "script_load", sync_load)
+    monkeypatch.setattr(redis.asyncio.Redis, "script_load", async_load)

@@ -99,19 +99,28 @@ def headroom_share(value: Any) -> float:
 
 
 def script_commands(
-    algorithm: str, allowed: bool, cost: int = 1, *, redis_clock: bool = False
+    algorithm: str,
+    allowed: bool,
+    cost: int = 1,
+    *,
+    redis_clock: bool = False,
+    opens: bool = False,
 ) -> int:
     """Redis commands the script of `algorithm` issues for one check, besides the
     EVALSHA that runs it: `allowed` picks the path, `cost` (>= 1) the log's ZADDs,
-    `redis_clock` adds the TIME of a `clock="redis"` limiter."""
+    `redis_clock` adds the TIME of a `clock="redis"` limiter, and `opens` marks an
+    admitted check on a key that holds nothing (fewer for some algorithms)."""
     counts = algorithms.get(algorithm).commands
     if not isinstance(allowed, bool):
         raise ValueError(f"allowed must be True or False, got {allowed!r}")
+    if not isinstance(opens, bool):
+        raise ValueError(f"opens must be True or False, got {opens!r}")
     cost = validation.count("cost", cost)
     extra = 1 if redis_clock else 0
     if not allowed:
         return counts.reject + extra
-    return counts.admit + counts.per_extra_unit * (cost - 1) + extra
+    first = counts.opening if opens else counts.admit
+    return first + counts.per_extra_unit * (cost - 1) + extra
 
 
 def mean_script_commands(
@@ -514,10 +523,19 @@ class ServerTime:
             validation.positive(f"us_per_check[{tag!r}]", usec)
 
 
-def bench_case(algorithm: str) -> str:
-    """The name of `make bench`'s admit case for `algorithm` in its record."""
-    cls = algorithms.get(algorithm).limiter_class("sync")
-    return f"{cls.__name__} 10k keys"
+def bench_case(algorithm: str, storages: dict[str, Any] | None = None) -> str:
+    """The name of `make bench`'s admit case for `algorithm` in its record; for the log,
+    the case its record's `log_storages` names for that storage (the default log is
+    measured as the plain class name), else the name this build would give it."""
+    spec = algorithms.get(algorithm)
+    name = spec.class_name
+    if spec.storage is not None:
+        found = (storages or {}).get(spec.storage, {})
+        if "case" in found:
+            return f"{found['case']} 10k keys"
+        if spec.storage != algorithms.DEFAULT_LOG_STORAGE:
+            name = f"{name} storage={spec.storage}"
+    return f"{name} 10k keys"
 
 
 def server_time_from_bench(
@@ -532,7 +550,7 @@ def server_time_from_bench(
     results = cost.get("results", {})
     figures = {}
     for name in names:
-        case = bench_case(name)
+        case = bench_case(name, cost.get("log_storages"))
         if case not in results:
             raise ValueError(f"{path} has no server-time case {case!r}: run `make bench`")
         figures[algorithms.get(name).name] = float(results[case]["usec_per_check"])
@@ -585,7 +603,7 @@ def measure_server_time(
         for name in names:
             spec = algorithms.get(name)
             # Every check admitted: a limit far above what one key sees, a long window.
-            limiter = spec.limiter_class("sync")(client, 60, 1_000, prefix=f"{prefix}:{spec.name}")
+            limiter = spec.build("sync", client, 60, 1_000, prefix=f"{prefix}:{spec.name}")
             limiter.check("warm-up")  # loads the script outside the measurement
             calls0, usec0 = _script_usec(client)
             admitted = sum(limiter.check(f"k{i}").allowed for i in range(checks))

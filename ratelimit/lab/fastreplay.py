@@ -464,7 +464,7 @@ class Replayer:
         elif burst is not None:
             raise ValueError(f"burst applies to gcra only, not {name!r}")
         # The model validates the options (one home for those rules).
-        model = found.limiter_class("reference")(**options)
+        model = found.build("reference", **options)
         self.algorithm: str = name
         self.limit: int = model.limit
         self.window_ms: int = model.window_ms

@@ -167,13 +167,13 @@ def _fill_log(
     # The same script calls as `check` makes (its KEYS and ARGV, one ms apart), sent
     # as EVALSHA in pipelined batches, and their replies read as `check` reads them.
     clock.set_ms(start_ms)
-    keys, args = limiter._prepare(identity, 1)
+    keys, _ = limiter._prepare(identity, 1)
     sha = client.script_load(limiter._script.script)
     for first in range(0, entries, _CHUNK):
         pipe = client.pipeline(transaction=False)
         sent = range(start_ms + first, start_ms + min(first + _CHUNK, entries))
         for now in sent:
-            pipe.evalsha(sha, 1, *keys, now, *args[1:])
+            pipe.evalsha(sha, 1, *keys, *limiter.script_args(now, 1))
         replies = pipe.execute()
         if not all(limiter._decision(r, now).allowed for r, now in zip(replies, sent, strict=True)):
             raise RuntimeError("the sliding-log script rejected a request while filling the probe")
@@ -263,8 +263,8 @@ def probe(
 
     clock = ManualClock()
     options: dict[str, Any] = {"storage": "compact"} if member_format == "compact" else {}
-    limiter = alg.limiter_class("sync")(
-        client, None, limit, prefix=prefix, window_ms=window_ms, clock=clock, **options
+    limiter = alg.build(
+        "sync", client, None, limit, prefix=prefix, window_ms=window_ms, clock=clock, **options
     )
     identity = f"memory-probe-{uuid.uuid4().hex}"
     key = limiter.key_for(identity)

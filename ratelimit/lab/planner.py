@@ -805,9 +805,7 @@ def _candidates(limits: Sequence[Any], algorithms: Sequence[str]) -> list[_Candi
             # The reference model checks the options as every limiter does (the log's
             # largest limit, the fixed window's range), with the same messages.
             try:
-                model = registry.get(name).limiter_class("reference")(
-                    window_ms=window_ms, limit=limit
-                )
+                model = registry.get(name).build("reference", window_ms=window_ms, limit=limit)
                 replayer = fastreplay.Replayer.for_model(model)
             except ValueError as exc:
                 raise ValueError(f"limit {text!r} with algorithm {name!r}: {exc}") from None

@@ -16,7 +16,9 @@
 -- and the count is s - b. Otherwise b moves past what has left (a binary search
 -- over chunks, then within one), and a chunk is deleted once b has passed it: each
 -- entry is written once and deleted once.
--- key, now, window, limit, cost and ttl come from prelude.lua.
+-- key, now, window, limit, cost and ttl come from prelude.lua. ARGV[3] is a new log's
+-- header as the client wrote it for this request (s = cost, b = 0, o = now), so a
+-- log's first entry needs no encoding here.
 
 local C = 63 -- entries per chunk: 378 bytes, which fits a 384-byte allocation
 local OFFSET = 140737488355328 -- 2^47: times from -2^47 to 2^47 ms fit in 6 bytes
@@ -37,13 +39,16 @@ end
 local at = now
 if newest > at then at = newest end
 local edge = at - window -- an entry stamped e is in the window while e > edge
-local hc = s > 0 and math.floor((s - 1) / C) or 0 -- an empty log's head is chunk 0
-local tc = math.floor(b / C)
 
 -- Reading any entry, past the header: only once entries have left the window, or
 -- for a rejection of cost > 1 (most checks never get here, and skip building it).
-local t, loaded, entry = nil, {}, nil
+local t, loaded, entry = nil, nil, nil
+-- The head and tail chunks' numbers (an empty log's head is chunk 0), worked out only
+-- where they are needed: a rejection that reads the header alone needs neither.
+local hc, tc
 if h and (o <= edge or cost > 1) then
+  hc, tc = math.floor((s - 1) / C), math.floor(b / C) -- (h: s > 0)
+  loaded = {}
   entry = function(q)
     local k = math.floor(q / C)
     local str, i
@@ -95,7 +100,8 @@ if count + cost > limit then
   -- request's own time, so they are never early for it.
   local blocking = o
   if count + cost - limit > 1 then blocking = entry(b + count + cost - limit - 1) end
-  return reply(0, limit - count, blocking + window - now, newest + window - now, at)
+  ok, left, retry_ms, reset_ms, decided_at = 0, limit - count, blocking + window - now, newest + window - now, at
+  break
 end
 
 local function enc(x)
@@ -106,6 +112,14 @@ local function enc(x)
 end
 
 -- Admitted: append `cost` entries stamped `at` to the head chunk.
+if not h and #ARGV[3] == 18 and cost <= C then
+  -- A new log: the header the client sent, then the entries.
+  redis.call('HSET', key, 'h', ARGV[3] .. string.rep(string.sub(ARGV[3], 13, 18), cost))
+  redis.call('PEXPIRE', key, ttl)
+  ok, left, retry_ms, reset_ms, decided_at = 1, limit - cost, 0, window, now
+  break
+end
+if not hc then hc, tc = s > 0 and math.floor((s - 1) / C) or 0, math.floor(b / C) end
 local stamp = enc(at + OFFSET)
 if count == 0 then o = at end
 if (not h or (b < s and math.floor(b / C) == tc)) and s - hc * C + cost <= C then
@@ -131,7 +145,8 @@ else
     local dead = {}
     for k = tc + 1, math.min(new_tc, hc - 1) do dead[#dead + 1] = tostring(k) end
     if new_tc < hc then
-      fields[1], fields[2] = 't', loaded[new_tc] or redis.call('HGET', key, tostring(new_tc))
+      local tail = loaded and loaded[new_tc] or redis.call('HGET', key, tostring(new_tc))
+      fields[1], fields[2] = 't', tail
     else
       dead[#dead + 1] = 't'
     end
@@ -141,8 +156,8 @@ else
     tc = new_tc
   end
   local head = h and string.sub(h, 19) or ''
-  local left = cost
-  while left > 0 do
+  local unwritten = cost
+  while unwritten > 0 do
     local room = C - #head / 6
     if room == 0 then
       fields[#fields + 1] = (hc == tc) and 't' or tostring(hc)
@@ -150,9 +165,9 @@ else
       hc, head, room = hc + 1, '', C
       if #fields >= 1000 then hset() end
     end
-    local n = math.min(room, left)
+    local n = math.min(room, unwritten)
     head = head .. string.rep(stamp, n)
-    left = left - n
+    unwritten = unwritten - n
   end
   fields[#fields + 1] = 'h'
   fields[#fields + 1] = enc(s + cost) .. enc(b) .. enc(o + OFFSET) .. head
@@ -165,4 +180,4 @@ if at == now then
 else
   redis.call('PEXPIRE', key, at + window - now + ttl_slack)
 end
-return reply(1, limit - count - cost, 0, at + window - now, at)
+ok, left, retry_ms, reset_ms, decided_at = 1, limit - count - cost, 0, at + window - now, at

@@ -2,32 +2,40 @@
 -- the theoretical arrival time (TAT) at which the bucket would be full again.
 -- key: a string, the TAT in ms (a float, stored exactly).
 -- key, now, window, limit, cost and ttl (the tolerance, plus slack) come from
--- prelude.lua; ARGV[7] is the burst (units of cost that may arrive at once).
-
-local burst = ARGV[7] + 0
--- `remaining` counts units that may still arrive at once: up to the burst.
-if burst > limit then remaining_base = burst + 1 end
+-- prelude.lua; the constants burst (units of cost that may arrive at once), interval
+-- (window / limit: ms between two units at the sustained rate) and tolerance
+-- (interval * burst) from ratelimit/scripts.py.
+-- A key that holds nothing takes ARGV[3], now + interval * cost as the client worked
+-- it out (the same double), in the one SET (NX, GET) that reads the key.
 
 -- TATs are ~1e12 ms, where a double's last bit is ~0.0002 ms: float rounding must not
 -- turn "exactly on time" into "early" (a limit of 3 per 1000 ms admitting only 2 at
 -- once), so times within a microsecond of each other count as equal.
 local EPSILON = 0.001
-local interval = window / limit -- ms between two units at the sustained rate
-local tolerance = interval * burst
-local tat = tonumber(redis.call('GET', key)) or now
-if tat < now then tat = now end
+local opening = ARGV[3]
+if not sent then opening = now + interval * cost end
+local stored = redis.call('SET', key, opening, 'NX', 'GET', 'PX', ttl)
+local tat = now
+if stored then
+  tat = stored + 0
+  if tat < now then tat = now end
+end
 local new_tat = tat + interval * cost
 local allow_at = new_tat - tolerance
 
 if allow_at - now > EPSILON then
+  -- (Never for a key that held nothing: cost <= burst.)
   local remaining = math.floor((now - (tat - tolerance) + EPSILON) / interval)
   if remaining < 0 then remaining = 0 end
   -- The first whole ms at which allow_at - t <= EPSILON: float noise must not add a ms.
-  return reply(0, remaining, math.ceil(allow_at - now - EPSILON), math.ceil(tat - now), now)
+  ok, left, retry_ms, reset_ms, decided_at = 0, remaining, math.ceil(allow_at - now - EPSILON), math.ceil(tat - now), now
+  break
 end
 
-local reset = math.ceil(new_tat - now)
--- A number argument reaches Redis as %.17g, which round-trips a double exactly. The
--- TAT is at most the tolerance ahead of now, so the key outlives it.
-redis.call('SET', key, new_tat, 'PX', ttl)
-return reply(1, math.floor((now - allow_at + EPSILON) / interval), 0, reset, now)
+if stored then
+  -- A TAT in the past starts from now, as a key that held nothing: ARGV[3] again.
+  -- Otherwise a number argument reaches Redis as %.17g, which round-trips a double
+  -- exactly. The TAT is at most the tolerance ahead of now, so the key outlives it.
+  redis.call('SET', key, tat == now and opening or new_tat, 'PX', ttl)
+end
+ok, left, retry_ms, reset_ms, decided_at = 1, math.floor((now - allow_at + EPSILON) / interval), 0, math.ceil(new_tat - now), now

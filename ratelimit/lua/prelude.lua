@@ -1,34 +1,30 @@
--- Shared by every limiter script: read the common arguments and the time, and
--- answer. (ratelimit/scripts.py puts this in front of each script before loading it.)
+-- Shared by every limiter script. ratelimit/scripts.py writes the limiter's options
+-- in front of it as constants, since they never change once a limiter is built:
+--   window     the window in ms
+--   limit      units of cost per window
+--   ttl_slack  extra ms added to every TTL (0 normally; replays in virtual time need more)
+--   ttl        the TTL, slack included, that covers what a check writes at `now` (the
+--              longest its state can matter), as text: Redis formats a number
+--              argument with %.17g, which costs as much as a command
+--   L1, R      the radixes of the one-integer reply below
+-- and whatever the algorithm's own file names. A check sends:
+--   KEYS[1]  the identity's key
+--   ARGV[1]  now in ms, or "" to read the server's clock (TIME)
+--   ARGV[2]  cost of this request (1 to limit: the client checks)
+--   ARGV[3]  the state a key that holds nothing takes when this request is admitted,
+--            as text the client worked out from ARGV[1] and ARGV[2] ("" with ARGV[1]
+--            "", and for the sorted-set log, which keeps members instead)
 --
--- KEYS[1]  the identity's key
--- ARGV[1]  now in ms, or "" to read the server's clock (TIME)
--- ARGV[2]  window in ms
--- ARGV[3]  limit (units of cost per window)
--- ARGV[4]  cost of this request
--- ARGV[5]  extra ms added to every TTL (0 normally; replays in virtual time need more)
--- ARGV[6]  the TTL, slack included, that covers what a check writes at `now` (the
---          longest its state can matter): passed to Redis as the text it came as,
---          since Redis formats a Lua number with %.17g, which costs as much as a command
---
--- A script ends with reply(allowed (1/0), remaining, retry_after_ms, reset_after_ms,
--- decided_at_ms). Turning a Lua table into a Redis reply costs about as much server
--- time as a whole Redis command, so when the decision was made at the `now` the
--- client sent, the five numbers travel as one integer that the client takes apart
--- (ratelimit/_core.py, `_decision`), with L1 = remaining_base (limit + 1, unless the
--- script allows more) and R = 2 * window + 1:
---   admitted:  reset * L1 + remaining                         (>= 0; retry is 0)
---   rejected:  -1 - ((reset * R + retry) * L1 + remaining)    (< 0; 1 <= retry < R)
--- Anything else (a later decision time, Redis's own clock, numbers too large to be
--- exact in a double) is sent as the table {allowed, remaining, retry, reset, at}.
+-- A script decides inside the `repeat` this file opens: it sets the five results
+-- below and `break`s (or reaches its end), and epilogue.lua closes the loop and
+-- answers. (No `reply` function: a Lua closure is built anew at every call, and that
+-- cost a tenth of a simple check's server time.)
+--   ok (1/0), left (remaining), retry_ms (retry_after_ms), reset_ms (reset_after_ms),
+--   decided_at (decided_at_ms)
 -- `+ 0` rather than tonumber(): the same conversion without a function call.
 
 local key = KEYS[1]
-local window = ARGV[2] + 0
-local limit = ARGV[3] + 0
-local cost = ARGV[4] + 0
-local ttl_slack = ARGV[5] + 0
-local ttl = ARGV[6]
+local cost = ARGV[2] + 0
 local now = ARGV[1]
 local sent = now ~= ''
 if sent then
@@ -38,17 +34,5 @@ else
   now = t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
-local remaining_base = limit + 1 -- more than any `remaining` (gcra.lua raises it)
-local function reply(allowed, remaining, retry, reset, at)
-  if sent and at == now then
-    local code
-    if allowed == 1 then
-      code = reset * remaining_base + remaining
-    elseif retry < 2 * window + 1 then
-      code = -1 - ((reset * (2 * window + 1) + retry) * remaining_base + remaining)
-    end
-    -- Every step is exact while the result is (all terms are non-negative integers).
-    if code and code < 9007199254740992 and code > -9007199254740992 then return code end
-  end
-  return {allowed, remaining, retry, reset, at}
-end
+local ok, left, retry_ms, reset_ms, decided_at
+repeat

@@ -28,7 +28,8 @@ if count + cost > limit then
     'LIMIT', count + cost - limit - 1, 1)
   local remaining = limit - count
   if remaining < 0 then remaining = 0 end
-  return reply(0, remaining, blocking[2] + window - now, newest + window - now, at)
+  ok, left, retry_ms, reset_ms, decided_at = 0, remaining, blocking[2] + window - now, newest + window - now, at
+  break
 end
 
 -- Every entry is at or before `at`, so after this trim the set is exactly the window.
@@ -58,4 +59,4 @@ end
 -- The key lives until its newest entry, stamped `at`, leaves the window.
 local reset = at + window - now
 redis.call('PEXPIRE', key, at == now and ttl or reset + ttl_slack)
-return reply(1, limit - count - cost, 0, reset, at)
+ok, left, retry_ms, reset_ms, decided_at = 1, limit - count - cost, 0, reset, at

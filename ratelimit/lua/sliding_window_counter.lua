@@ -1,23 +1,31 @@
 -- Sliding-window counter: two fixed-window counts, the previous one weighted by the
 -- share of it that still overlaps the sliding window. O(1) memory, approximate.
--- key: a string "<window number>:<its count>:<the previous window's count>", one GET
--- and one SET (with its TTL) per admitted check; one key, so Redis Cluster never
--- sees a cross-slot script.
+-- key: a string "<window number>:<its count>:<the previous window's count>", one SET
+-- (NX, GET: a key that holds nothing takes ARGV[3], "<this window>:<cost>:0" as the
+-- client wrote it) and, unless it opened the key, one more SET (with its TTL) per
+-- admitted check; one key, so Redis Cluster never sees a cross-slot script.
 -- key, now, window, limit, cost and ttl (two windows, plus slack) come from prelude.lua.
 
+local opening = ARGV[3]
+if not sent then opening = math.floor(now / window) .. ':' .. cost .. ':0' end
 local w, c, p -- the stored state; w is nil for a new key
-local stored = redis.pcall('GET', key)
+local stored = redis.pcall('SET', key, opening, 'NX', 'GET', 'PX', ttl)
 if type(stored) == 'table' then
   -- Only a key of another type is dropped (an earlier version kept a hash here):
   -- this identity's counts start again. Any other error goes back as it is.
   if not string.find(tostring(stored.err), 'WRONGTYPE', 1, true) then return stored end
   redis.call('DEL', key)
+  redis.call('SET', key, opening, 'PX', ttl)
   stored = false
 end
-if stored then
-  local sw, sc, sp = string.match(stored, '^(%-?%d+):(%d+):(%d+)$')
-  w, c, p = sw + 0, sc + 0, sp + 0
+if not stored then
+  -- A new key, now holding this request (cost <= limit always fits an empty window);
+  -- it drains when the window after this one ends.
+  ok, left, retry_ms, reset_ms, decided_at = 1, limit - cost, 0, 2 * window - now % window, now
+  break
 end
+local sw, sc, sp = string.match(stored, '^(%-?%d+):(%d+):(%d+)$')
+w, c, p = sw + 0, sc + 0, sp + 0
 
 -- The counts as seen at time t (t >= now) if nothing more is admitted.
 local function counts_at(t)
@@ -61,10 +69,15 @@ if estimate + cost > limit then
   while retry > 1 and estimate_at(now + retry - 1) + cost <= limit do retry = retry - 1 end
   local remaining = math.floor(limit - estimate)
   if remaining < 0 then remaining = 0 end
-  return reply(0, remaining, retry, reset_at(now, cur, prev), now)
+  ok, left, retry_ms, reset_ms, decided_at = 0, remaining, retry, reset_at(now, cur, prev), now
+  break
 end
 
 cur = cur + cost
 local reset = reset_at(now, cur, prev)
-redis.call('SET', key, number .. ':' .. cur .. ':' .. prev, 'PX', ttl)
-return reply(1, math.floor(limit - estimate - cost), 0, reset, now)
+if cur == cost and prev == 0 then
+  redis.call('SET', key, opening, 'PX', ttl) -- all aged out: as a key that held nothing
+else
+  redis.call('SET', key, number .. ':' .. cur .. ':' .. prev, 'PX', ttl)
+end
+ok, left, retry_ms, reset_ms, decided_at = 1, math.floor(limit - estimate - cost), 0, reset, now

@@ -271,7 +271,7 @@ class LoadConfig:
 
     def limiter(self, client: Any, process: int = 0) -> limiters.AsyncLimiter:
         """The limiter process `process` uses, on `client`."""
-        cls = algorithms.get(self.algorithm).limiter_class("async")
+        spec = algorithms.get(self.algorithm)
         if self.clock == "redis":
             clock: Any = "redis"
         else:
@@ -280,7 +280,8 @@ class LoadConfig:
             def clock() -> float:
                 return time.time() + shift
 
-        return cls(
+        return spec.build(
+            "async",
             client,
             prefix=self.prefix,
             window_ms=self.window_ms,

@@ -22,24 +22,25 @@ def test_key_names_the_key_the_demo_route_writes(capsys):
     from ratelimit.demo import create_app
 
     app = create_app(ratelimit.connect(embedded=True))
-    printed = run(capsys, "key", "demo", "--scope", "geofence", "--prefix", "demo")
+    printed = run(capsys, "key", "demo", "--scope", "geofence", "--prefix", "demo",
+                  "--algorithm", "log")  # fmt: skip
     assert printed == app.state.limits["geofence"].key_for("demo")
-    assert printed == keys.route_key("demo", scope="geofence", prefix="demo")
+    assert printed == keys.route_key("demo", scope="geofence", prefix="demo", algorithm="log")
     # Not the limiter's key for the bare API key, which no route ever writes.
     assert printed != app.state.limits["geofence"].limiter.key_for("demo")
     by_address = run(
-        capsys, "key", "--address", "192.0.2.1", "--scope", "tiles", "--prefix", "demo"
-    )
+        capsys, "key", "--address", "192.0.2.1", "--scope", "tiles", "--prefix", "demo",
+        "--algorithm", "log",
+    )  # fmt: skip
     assert by_address == app.state.limits["tiles"].key_for(address="192.0.2.1")
 
 
 @pytest.mark.parametrize("algorithm", ["log", "logc", "fw", "swc", "gcra"])
 def test_key_matches_every_limiter_of_the_same_options(capsys, algorithm):
     spec = ratelimit.algorithms.get(algorithm)
-    options = {"storage": "compact"} if algorithm == "logc" else {}
-    cls, redis = spec.limiter_class("sync"), ratelimit.connect_sync(embedded=True)
+    redis = ratelimit.connect_sync(embedded=True)
     for readable in (False, True):
-        limiter = cls(redis, 1, 10, "svc", readable_keys=readable, **options)
+        limiter = spec.build("sync", redis, 1, 10, "svc", readable_keys=readable)
         flags = ["--readable-keys"] if readable else []
         printed = run(capsys, "key", "k-1", "--scope", "s", "--prefix", "svc",
                       "--algorithm", algorithm, *flags)  # fmt: skip

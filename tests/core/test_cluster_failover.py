@@ -118,7 +118,8 @@ class Load:
             options = common | {"on_error": on_error[mode]}
             crowd = module.FixedWindowLimiter if mode == "async" else module.TokenBucketLimiter
             self.limiters.setdefault("ledger", {})[mode] = module.SlidingWindowLimiter(
-                client, window_ms=LEDGER_WINDOW_MS, limit=LEDGER_LIMIT, **options
+                client, window_ms=LEDGER_WINDOW_MS, limit=LEDGER_LIMIT, storage="sorted-set",
+                **options,
             )
             self.limiters.setdefault("hot", {})[mode] = module.SlidingWindowLimiter(
                 client, window_ms=HOT_WINDOW_MS, limit=HOT_LIMIT, **options
@@ -577,7 +578,8 @@ async def test_wait_replicas_admits_normally_with_a_healthy_replica(replicated, 
     client = (ratelimit.connect if mode == "async" else ratelimit.connect_sync)(replicated.url)
     try:
         limiter = module.SlidingWindowLimiter(
-            client, window_ms=60_000, limit=5, prefix=prefix, wait_replicas=1, on_error="raise"
+            client, window_ms=60_000, limit=5, prefix=prefix, wait_replicas=1, on_error="raise",
+            storage="sorted-set",
         )
         await until_replicas_acknowledge(limiter, ["single", "batch"])
         singles = [await check(limiter, "single") for _ in range(7)]
@@ -609,7 +611,7 @@ async def test_wait_replicas_loses_no_admit_when_the_replica_is_cut_off(
     client = ratelimit.connect(replicated.url, timeout=TIMEOUT)
     limiter = ratelimit.SlidingWindowLimiter(
         client, window_ms=60_000, limit=1000, prefix=prefix, wait_replicas=1,
-        on_error="deny", timeout=TIMEOUT, clock="redis",
+        on_error="deny", timeout=TIMEOUT, clock="redis", storage="sorted-set",
     )  # fmt: skip
     key = limiter.key_for("kept")
     old = replicated.slot_owner(slot_of(key))

@@ -31,7 +31,9 @@ def test_storage_picks_the_script_and_the_key_tag():
     log = compact(client, 1, 10)
     assert log.algorithm is algorithms.COMPACT_LOG and log.storage == "compact"
     assert log.key_for("a").startswith("rl:logc:{")
-    assert SlidingWindowLimiter(client, 1, 10).storage == "sorted-set"
+    assert SlidingWindowLimiter(client, 1, 10).storage == "compact"  # the default
+    sorted_set = SlidingWindowLimiter(client, 1, 10, storage="sorted-set")
+    assert sorted_set.algorithm is algorithms.SLIDING_LOG
     assert log.with_options(limit=5).storage == "compact"
     assert algorithms.get(log) is algorithms.COMPACT_LOG
     with pytest.raises(ValueError, match="storage must be one of sorted-set, compact"):

@@ -133,7 +133,7 @@ def test_no_collisions_in_two_hundred_thousand_identities():
     # The limiter's fast path agrees on a slice of the sample.
     lim = limiter("SlidingWindowLimiter")
     for identity in identities[::97]:
-        assert lim.key_for(identity) == keys.make_key("rl", "log", identity)
+        assert lim.key_for(identity) == keys.make_key("rl", "logc", identity)
 
 
 @settings(max_examples=300, deadline=None)

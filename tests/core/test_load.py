@@ -195,7 +195,7 @@ async def test_sync_sliding_log_under_concurrent_threads(real_redis_url, prefix)
     client = ratelimit.connect_sync(real_redis_url)
     limiter = ratelimit.sync.SlidingWindowLimiter(
         client, prefix=prefix, window_ms=FAST_WINDOW_MS, limit=FAST_LIMIT, clock="redis",
-        ttl_slack_ms=SLACK_MS,
+        ttl_slack_ms=SLACK_MS, storage="sorted-set",
     )  # fmt: skip
     try:
         result = await hammer_here(limiter, config)

@@ -66,7 +66,11 @@ def healthy(replicated: LocalSentinel) -> LocalSentinel:
 
 def make_limiter(url: str, mode: str, **options: Any) -> tuple[Any, Any]:
     """A sliding-window limiter (and its client) on `url`, asyncio or sync."""
-    options = {"timeout": TIMEOUT, "prefix": f"t{uuid.uuid4().hex[:8]}", **options}
+    # The sorted-set log: the tests read its members.
+    options = {
+        "timeout": TIMEOUT, "prefix": f"t{uuid.uuid4().hex[:8]}", "storage": "sorted-set",
+        **options,
+    }  # fmt: skip
     if mode == "async":
         client: Any = ratelimit.connect(url, timeout=TIMEOUT)
         return ratelimit.SlidingWindowLimiter(client, **options), client

@@ -1,4 +1,8 @@
-"""The sliding-window log keeps the semantics of SPEC.md, on fakeredis and real Redis."""
+"""The sliding-window log keeps the semantics of SPEC.md, on fakeredis and real Redis.
+
+These tests read the log's sorted-set members, so they build it with that storage
+(`tests/core/test_compact_log.py` holds the default, compact storage to the same
+decisions)."""
 
 from __future__ import annotations
 
@@ -12,16 +16,19 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ratelimit.sync
-from ratelimit import SlidingWindowLimiter
+from ratelimit import algorithms
 from ratelimit import clock as clocks
 from ratelimit.clock import ManualClock
 from ratelimit.lab.classic import ClassicSlidingLog
 
 
+def SortedLog(*args, **options):  # noqa: N802  (it stands for the class)
+    return algorithms.SLIDING_LOG.build("async", *args, **options)
+
+
 async def test_twelve_requests_at_ten_per_second(client, prefix):
     """The spec's verification, on the host's real clock."""
-    limiter = SlidingWindowLimiter(client, 1, 10, prefix=prefix)
+    limiter = SortedLog(client, 1, 10, prefix=prefix)
     decisions = [await limiter.check("alice") for _ in range(12)]
     assert [d.allowed for d in decisions] == [True] * 10 + [False] * 2
     assert [d.remaining for d in decisions[:10]] == list(range(9, -1, -1))
@@ -34,7 +41,7 @@ async def test_twelve_requests_at_ten_per_second(client, prefix):
 
 
 async def test_rejected_request_does_not_grow_the_set(client, prefix, clock):
-    limiter = SlidingWindowLimiter(client, 1, 3, prefix=prefix, clock=clock)
+    limiter = SortedLog(client, 1, 3, prefix=prefix, clock=clock)
     key = limiter.key_for("alice")
     for _ in range(3):
         assert (await limiter.check("alice")).allowed
@@ -46,7 +53,7 @@ async def test_rejected_request_does_not_grow_the_set(client, prefix, clock):
 
 
 async def test_idle_key_expires_after_one_window(client, prefix):
-    limiter = SlidingWindowLimiter(client, None, 5, prefix=prefix, window_ms=200)
+    limiter = SortedLog(client, None, 5, prefix=prefix, window_ms=200)
     key = limiter.key_for("alice")
     await limiter.check("alice")
     assert 0 < await client.pttl(key) <= 200
@@ -57,15 +64,15 @@ async def test_idle_key_expires_after_one_window(client, prefix):
 async def test_two_instances_same_clock_both_counted(client, prefix):
     """Two processes whose clocks and counters coincide: both requests count."""
     frozen = ManualClock(1_700_000_000.123)
-    a = SlidingWindowLimiter(client, 1, 10, prefix=prefix, clock=frozen)
-    b = SlidingWindowLimiter(client, 1, 10, prefix=prefix, clock=frozen)
+    a = SortedLog(client, 1, 10, prefix=prefix, clock=frozen)
+    b = SortedLog(client, 1, 10, prefix=prefix, clock=frozen)
     assert (await a.check("alice")).remaining == 9
     assert (await b.check("alice")).remaining == 8
     assert await client.zcard(a.key_for("alice")) == 2
 
 
 async def test_same_millisecond_burst_and_cost_make_distinct_members(client, prefix, clock):
-    limiter = SlidingWindowLimiter(client, 1, 100, prefix=prefix, clock=clock)
+    limiter = SortedLog(client, 1, 100, prefix=prefix, clock=clock)
     for _ in range(20):
         await limiter.check("alice")
     await limiter.check("alice", cost=30)
@@ -78,7 +85,7 @@ async def test_same_millisecond_burst_and_cost_make_distinct_members(client, pre
 
 
 async def test_entry_leaves_exactly_one_window_later(client, prefix, clock):
-    limiter = SlidingWindowLimiter(client, 1, 1, prefix=prefix, clock=clock)
+    limiter = SortedLog(client, 1, 1, prefix=prefix, clock=clock)
     assert (await limiter.check("alice")).allowed
     clock.advance(0.999)
     rejected = await limiter.check("alice")
@@ -89,8 +96,8 @@ async def test_entry_leaves_exactly_one_window_later(client, prefix, clock):
 
 async def test_key_outlives_an_entry_stamped_in_the_future(client, prefix):
     """A replica whose clock runs ahead: the TTL covers its entry too."""
-    ahead = SlidingWindowLimiter(client, 1, 10, prefix=prefix, clock=lambda: time.time() + 5)
-    now = SlidingWindowLimiter(client, 1, 10, prefix=prefix)
+    ahead = SortedLog(client, 1, 10, prefix=prefix, clock=lambda: time.time() + 5)
+    now = SortedLog(client, 1, 10, prefix=prefix)
     await ahead.check("alice")
     decision = await now.check("alice")
     assert decision.reset_after_ms > 5000
@@ -109,8 +116,7 @@ async def test_redis_clock_makes_skewed_replicas_agree(client, prefix):
 
     async def admitted(name, options) -> int:
         replicas = [
-            SlidingWindowLimiter(client, 1, 10, prefix=f"{prefix}:{name}", **options(off))
-            for off in offsets
+            SortedLog(client, 1, 10, prefix=f"{prefix}:{name}", **options(off)) for off in offsets
         ]
         count = 0
         for replica in replicas:
@@ -133,7 +139,7 @@ async def test_a_late_request_is_decided_at_the_newest_entry(client, prefix, clo
     see the two trimmed entries and put four admissions into (-1, 999]. It is decided
     and recorded at 1,001 ms instead, where the window holds two.
     """
-    limiter = SlidingWindowLimiter(client, 1, 3, prefix=prefix, clock=clock)
+    limiter = SortedLog(client, 1, 3, prefix=prefix, clock=clock)
     base = clocks.to_ms(clock())
     for offset_ms in (0, 1, 2, 1_001):
         clock.set_ms(base + offset_ms)
@@ -157,7 +163,7 @@ async def test_a_rejection_trims_nothing(client, prefix, clock):
     rejected. Had it trimmed the entry at 0, a request stamped 900 ms arriving after
     it would see one entry, be admitted, and put three into (-100, 900].
     """
-    limiter = SlidingWindowLimiter(client, 1, 2, prefix=prefix, clock=clock)
+    limiter = SortedLog(client, 1, 2, prefix=prefix, clock=clock)
     base = clocks.to_ms(clock())
     for offset_ms in (0, 600):
         clock.set_ms(base + offset_ms)
@@ -179,7 +185,7 @@ async def test_fifty_concurrent_checks_admit_exactly_the_limit(client, prefix):
     # A minute's window: a busy machine that stalls the gather for a second must not
     # open a second window (that would be a correct 20, not a race).
     for round_ in range(20):
-        limiter = SlidingWindowLimiter(client, 60, 10, prefix=f"{prefix}:{round_}")
+        limiter = SortedLog(client, 60, 10, prefix=f"{prefix}:{round_}")
         decisions = await asyncio.gather(*(limiter.check("alice") for _ in range(50)))
         assert sum(d.allowed for d in decisions) == 10
         assert await client.zcard(limiter.key_for("alice")) == 10
@@ -200,8 +206,8 @@ async def test_non_atomic_variant_over_admits_on_real_redis(real_redis_url, pref
 def _fill(client: redis.Redis, key_prefix: str, n: int) -> tuple[int, int]:
     """MEMORY USAGE of a log of n entries: ours, and the classic "<ms>:<ns>" members."""
     clock = ManualClock(1_796_000_000.0)
-    limiter = ratelimit.sync.SlidingWindowLimiter(
-        client, None, n, prefix=key_prefix, window_ms=10**9, clock=clock
+    limiter = algorithms.SLIDING_LOG.build(
+        "sync", client, None, n, prefix=key_prefix, window_ms=10**9, clock=clock
     )
     for _ in range(n):
         limiter.check("alice")
@@ -242,8 +248,8 @@ def _max_in_any_window(admitted: list[tuple[int, int]], window_ms: int) -> int:
 )
 def test_never_more_than_the_limit_in_any_rolling_window(gaps, costs, limit):
     clock = ManualClock(2_000.0)
-    limiter = ratelimit.sync.SlidingWindowLimiter(
-        fakeredis.FakeRedis(), None, limit, window_ms=500, clock=clock
+    limiter = algorithms.SLIDING_LOG.build(
+        "sync", fakeredis.FakeRedis(), None, limit, window_ms=500, clock=clock
     )
     admitted: list[tuple[int, int]] = []
     for gap in gaps:

@@ -89,7 +89,7 @@ async def test_every_limiter_over_tls_decides_as_over_plain_tcp(kind, tls_server
 async def test_localhost_matches_the_certificate_too(kind, tls_server):
     url = tls_server.url.replace("127.0.0.1", "localhost") + VERIFY
     client = connect(kind, url)
-    limiter = algorithms.FIXED_WINDOW.limiter_class(kind)(client, 60, 2, f"localhost-{kind}")
+    limiter = algorithms.FIXED_WINDOW.build(kind, client, 60, 2, f"localhost-{kind}")
     outcomes = []
     for _ in range(3):
         decision = limiter.check("who")
@@ -129,8 +129,8 @@ async def test_a_client_that_does_not_trust_the_ca_gets_the_failure_policy(
         options = {"storage": "compact"} if spec == algorithms.COMPACT_LOG.name else {}
         for on_error in POLICIES:
             client = connect(kind, url, timeout)
-            limiter = algorithm.limiter_class(kind)(
-                client, 60, 5, "rl", on_error=on_error, timeout=timeout, **options
+            limiter = algorithm.build(
+                kind, client, 60, 5, "rl", on_error=on_error, timeout=timeout, **options
             )
             for many in (False, True):
                 caplog.clear()

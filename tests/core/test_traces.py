@@ -155,9 +155,7 @@ async def test_trace(name, kind, client, sync_client, prefix, clock):
     backends."""
     tag, options, table = TRACES[name]
     redis = client if kind == "async" else sync_client
-    limiter = algorithms.get(tag).limiter_class(kind)(
-        redis, 1, prefix=prefix, clock=clock, **options
-    )
+    limiter = algorithms.get(tag).build(kind, redis, 1, prefix=prefix, clock=clock, **options)
     got, decisions = [], []
     for at_ms, cost, *_ in table:
         at(clock, at_ms)
@@ -221,7 +219,7 @@ async def test_twelve_at_ten_per_second_log_key(client, prefix):
     On the host's clock, as the spec's check runs: a key TTL only means something when the
     limiter's clock and Redis's agree (see test_virtual_clock_state_survives_real_time).
     """
-    limiter = ratelimit.SlidingWindowLimiter(client, 1, 10, prefix=prefix)
+    limiter = ratelimit.SlidingWindowLimiter(client, 1, 10, prefix=prefix, storage="sorted-set")
     for _ in range(12):
         await limiter.check("alice")
     key = limiter.key_for("alice")

@@ -21,10 +21,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import fakeredis
@@ -55,8 +57,10 @@ NOBODY = "redis://127.0.0.1:1/0"  # nothing listens: construction does no I/O
 MODES = pytest.mark.parametrize("mode", ["async", "sync"])
 
 
-def limiter_class(algorithm: str, mode: str) -> type:
-    return algorithms.get(algorithm).limiter_class(mode)
+def limiter_of(algorithm: str, mode: str) -> Callable[..., Any]:
+    """What builds `algorithm`'s limiter in `mode` (the log as a sorted set, whose
+    members some tests read)."""
+    return functools.partial(algorithms.get(algorithm).build, mode)
 
 
 async def warm(limiter) -> None:
@@ -74,12 +78,12 @@ async def warm(limiter) -> None:
 @pytest.mark.parametrize("algorithm", algorithms.NAMES)
 def test_wait_replicas_is_an_option_of_every_limiter(algorithm, mode):
     client = (redis.asyncio.Redis if mode == "async" else redis.Redis).from_url(NOBODY)
-    limiter = limiter_class(algorithm, mode)(client, 60, 10, wait_replicas=2)
+    limiter = limiter_of(algorithm, mode)(client, 60, 10, wait_replicas=2)
     assert limiter.wait_replicas == 2
     assert limiter._wait_command() == ("WAIT", 2, 333)  # a third of the default 1 s
     assert limiter.with_options(limit=5).wait_replicas == 2
     assert limiter.with_options(wait_replicas=0).wait_replicas == 0
-    assert limiter_class(algorithm, mode)(client, 60, 10).wait_replicas == 0
+    assert limiter_of(algorithm, mode)(client, 60, 10).wait_replicas == 0
     with pytest.raises(AttributeError, match="fixed"):
         limiter.wait_replicas = 1
 
@@ -141,7 +145,7 @@ def _client(mode: str, url: str):
 async def test_unacknowledged_admits_follow_the_policy(lone, mode, on_error, caplog):
     """Admits are not decisions when nobody acknowledged them; rejections stand."""
     client = _client(mode, lone.url)
-    limiter = limiter_class("log", mode)(
+    limiter = limiter_of("log", mode)(
         client, 60, 3, on_error=on_error, timeout=TIMEOUT, wait_replicas=1
     )
     message = re.escape("WAIT: 0 of 1 replicas acknowledged within 200 ms")
@@ -170,7 +174,7 @@ async def test_batches_wait_once_and_judge_each_check(lone, mode):
     """`check_many` (and for asyncio, checks auto-pipelined in one turn) send one
     WAIT after the batch: its admits go to the policy, its rejections stand."""
     client = _client(mode, lone.url)
-    limiter = limiter_class("log", mode)(
+    limiter = limiter_of("log", mode)(
         client, 60, 3, on_error="deny", timeout=TIMEOUT, wait_replicas=1
     )
     try:
@@ -196,7 +200,7 @@ async def test_batches_wait_once_and_judge_each_check(lone, mode):
 async def test_noscript_is_recovered_on_the_wait_path(lone, mode):
     """A flushed script cache: the waiting check reloads and still reports WAIT."""
     client = _client(mode, lone.url)
-    limiter = limiter_class("log", mode)(
+    limiter = limiter_of("log", mode)(
         client, 60, 3, on_error="deny", timeout=2 * TIMEOUT, wait_replicas=1
     )  # two WAITs (NOSCRIPT) of 400 ms each fit in its timeout
     try:
@@ -334,7 +338,7 @@ async def test_cluster_without_replicas_sends_admits_to_the_policy(cluster, mode
     `check_many` get their admits judged by WAIT (0 of 1), rejections stand."""
     client = _cluster_client(mode, cluster.url)
     # The sliding log: no window boundary can fall between the two rounds of checks.
-    limiter = limiter_class("log", mode)(
+    limiter = limiter_of("log", mode)(
         client, 60, 1, prefix=f"wait{mode}", on_error="deny", timeout=TIMEOUT, wait_replicas=1
     )
     try:
@@ -365,7 +369,7 @@ async def test_cluster_with_replicas_admits_on_every_node(mode, tmp_path):
         _missing("redis-server and redis-cli are needed for the Redis Cluster tests")
     with LocalCluster(tmp_path / "cluster", replicas=1) as replicated_cluster:
         client = _cluster_client(mode, replicated_cluster.url)
-        limiter = limiter_class("log", mode)(
+        limiter = limiter_of("log", mode)(
             client, 60, 2, on_error="raise", timeout=TIMEOUT, wait_replicas=1
         )
         try:

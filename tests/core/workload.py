@@ -33,13 +33,10 @@ class Workload:
         self.failures: list[Outcome] = []
 
     def limiter(self, spec: str, window: float, limit: int, **options: Any) -> Any:
-        algorithm = algorithms.get(spec)
-        if spec == algorithms.COMPACT_LOG.name:
-            options["storage"] = "compact"
-        cls = algorithm.limiter_class(self.kind)
-        return cls(
-            self.client, window, limit, self.prefix, on_error=self.on_error, timeout=5, **options
-        )
+        return algorithms.get(spec).build(
+            self.kind,
+            self.client, window, limit, self.prefix, on_error=self.on_error, timeout=5, **options,
+        )  # fmt: skip
 
     def _record(self, step: str, outcome: Outcome, exact: bool = True) -> None:
         if isinstance(outcome, RateLimiterUnavailable) or outcome.degraded:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import ratelimit.sync
 from ratelimit import algorithms
 from ratelimit.clock import ManualClock
 from ratelimit.lab import memory
@@ -73,9 +72,9 @@ def small_table() -> pd.DataFrame:
         ("logc", True, 1, 3),  # HGET, HSET, PEXPIRE
         ("logc", True, 40, 3),
         ("logc", False, 1, 1),
-        ("fw", True, 1, 2),  # INCRBY, then PEXPIRE (or SET when it opens a window)
+        ("fw", True, 1, 2),  # SET NX GET, then INCRBY (or SET when it opens a window)
         ("fw", True, 5, 2),
-        ("fw", False, 1, 2),  # INCRBY, then DECRBY to take it back
+        ("fw", False, 1, 1),  # SET NX GET only: a rejection writes nothing
         ("swc", True, 1, 2),
         ("swc", False, 2, 1),
         ("gcra", True, 1, 2),
@@ -88,11 +87,24 @@ def test_script_commands_per_path(algorithm, allowed, cost, expected):
     assert script_commands(algorithm, allowed, cost, redis_clock=True) == expected + 1
 
 
+@pytest.mark.parametrize(
+    "algorithm, cost, expected",
+    [("log", 1, 5), ("log", 3, 7), ("logc", 2, 3), ("fw", 1, 1), ("fw", 4, 1), ("swc", 1, 1),
+     ("gcra", 2, 1)],
+)  # fmt: skip
+def test_a_check_that_opens_its_key_issues_fewer_commands(algorithm, cost, expected):
+    # fw, swc and gcra: the SET NX GET that reads the key writes a new key's state too.
+    assert script_commands(algorithm, True, cost, opens=True) == expected
+    assert script_commands(algorithm, False, cost, opens=True) == script_commands(
+        algorithm, False, cost
+    )
+
+
 def test_mean_script_commands_weights_the_two_paths():
     assert mean_script_commands("log", 0.5) == 4.0  # (5 + 3) / 2
     assert mean_script_commands("log", 1.0, 2.0) == 6.0  # 5 + one more ZADD
     assert mean_script_commands("gcra", 0.25) == 1.25  # 0.25 * 2 + 0.75 * 1
-    assert mean_script_commands("fw", 0.0) == 2.0  # a rejection takes its INCRBY back
+    assert mean_script_commands("fw", 0.0) == 1.0  # a rejection only reads
     assert mean_script_commands("swc", 0.0) == 1.0
     assert mean_script_commands("swc", 1.0, redis_clock=True) == 3.0
 
@@ -103,6 +115,7 @@ def test_mean_script_commands_weights_the_two_paths():
         lambda: script_commands("token_bucket", True),
         lambda: script_commands("log", 1),
         lambda: script_commands("log", True, 0),
+        lambda: script_commands("fw", True, opens=1),
         lambda: script_commands("log", True, 1.5),
         lambda: mean_script_commands("log", 1.5),
         lambda: mean_script_commands("log", -0.1),
@@ -319,12 +332,6 @@ def test_plan_fleet_rejects_bad_input(change):
 
 # The counts against a real Redis --------------------------------------------------
 
-SYNC_CLASSES = {
-    "log": ratelimit.sync.SlidingWindowLimiter,
-    "fw": ratelimit.sync.FixedWindowLimiter,
-    "swc": ratelimit.sync.SlidingWindowCounterLimiter,
-    "gcra": ratelimit.sync.TokenBucketLimiter,
-}
 
 
 def _inner_commands(client) -> int:
@@ -336,20 +343,22 @@ def _inner_commands(client) -> int:
 
 
 @pytest.mark.private_redis
-@pytest.mark.parametrize("algorithm", algorithms.NAMES)
+@pytest.mark.parametrize("algorithm", [*algorithms.NAMES, algorithms.COMPACT_LOG.name])
 @pytest.mark.parametrize("redis_clock", [False, True], ids=["app-clock", "redis-clock"])
 def test_counts_match_info_commandstats(private_redis, algorithm, redis_clock):
     client = private_redis.client()
     clock = "redis" if redis_clock else ManualClock(1_000.0)
     # A long window: with the Redis clock, real time passes, and nothing may refill.
-    limiter = SYNC_CLASSES[algorithm](client, 60, 10, clock=clock)
+    limiter = algorithms.get(algorithm).build("sync", client, 60, 10, clock=clock)
     limiter.check("warm-up")  # loads the script
     client.config_resetstat()
     costs = [1, 3, 1, 2, 4, 1, 1, 5, 1, 2]  # 21 units against a limit of 10: some rejected
     expected = 0
-    for cost in costs:
+    for i, cost in enumerate(costs):
         decision = limiter.check("client", cost)
-        expected += script_commands(algorithm, decision.allowed, cost, redis_clock=redis_clock)
+        expected += script_commands(
+            algorithm, decision.allowed, cost, redis_clock=redis_clock, opens=i == 0
+        )
     decisions = {limiter.check("client").allowed for _ in range(3)}
     expected += 3 * script_commands(algorithm, False, redis_clock=redis_clock)
     assert decisions == {False}  # the rejected path is exercised too

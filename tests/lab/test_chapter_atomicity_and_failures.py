@@ -5,7 +5,6 @@ restarts, the outage and freeze tables, and the Explore figure."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
 import itertools
 from pathlib import Path
@@ -301,9 +300,11 @@ async def test_duplicate_members_classic_loses_one_ours_counts_both(lab):
 def test_script_sha_is_the_one_redis_caches():
     import fakeredis
 
-    source = scripts.source(algorithms.SLIDING_LOG.script)
-    assert atomicity.script_sha() == fakeredis.FakeRedis().script_load(source)
-    assert atomicity.script_sha() == hashlib.sha1(source.encode()).hexdigest()
+    client = fakeredis.FakeRedis()
+    limiter = algorithms.SLIDING_LOG.build("sync", client, 1, 10)
+    source = limiter._script.script
+    assert source.startswith("local window = 1000\n") and scripts.source("sliding_log") in source
+    assert atomicity.script_sha(limiter) == client.script_load(source) == limiter._script.sha
 
 
 async def test_flushes_empty_the_cache_and_change_no_decision(lab, trace):

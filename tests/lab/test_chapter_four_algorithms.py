@@ -3,6 +3,7 @@ read from the package, the costs table, and a figure that draws exactly that sta
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import matplotlib
@@ -93,8 +94,8 @@ def test_gcra_stores_the_tat_ahead_of_now():
 def test_scripts_are_read_from_the_package():
     for name in fa.SCRIPTS:
         text = fa.script_source(name)
-        assert text.startswith("--")
-        assert name == "prelude" or scripts.source(name).endswith(text)
+        assert text.startswith("until true" if name == "epilogue" else "--")
+        assert text.rstrip("\n") in scripts.source(name)
     shown = fa.show_script("gcra")
     assert "```lua\n" in shown.data and fa.script_source("gcra").rstrip() in shown.data
     with pytest.raises(ValueError):
@@ -104,7 +105,15 @@ def test_scripts_are_read_from_the_package():
 def test_costs_come_from_the_stored_table_and_the_registry():
     table = fa.costs_table()
     assert table.index.tolist() == [LABELS[0], "sliding log (compact)", *LABELS[1:]]
-    assert table["bytes per key at limit 1,000"].tolist() == [94336, 6928, 72, 104, 88]
+    # A skiplist's bytes vary a little with each measurement (its nodes' heights are
+    # random), so the sorted set's figure is the stored table's, read here by hand.
+    with open(RECORDS.parent / "memory_per_key.csv", newline="") as f:
+        (sorted_set,) = (
+            int(row["bytes_per_key"])
+            for row in csv.DictReader(f)
+            if (row["algorithm"], row["member_format"], row["limit"]) == ("log", "script", "1000")
+        )
+    assert table["bytes per key at limit 1,000"].tolist() == [sorted_set, 6928, 72, 104, 88]
     assert table["bytes per key at limit 10"].tolist() == [248, 304, 72, 104, 88]
     for label, row in table.iterrows():
         algorithm = next(

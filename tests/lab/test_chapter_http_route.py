@@ -68,7 +68,9 @@ async def test_look_ups_over_the_limit_are_refused_and_the_key_stays_bounded():
     assert KEY not in key and members == 3 and 0 < ttl_ms <= 1000
     check = await http_route.seed_check(app, KEY)
     assert check["key"] == check["python"] == check["app"] == key != check["bare"]
-    assert check["command"] == f"python -m ratelimit key {KEY} --scope geofence --prefix demo"
+    assert check["command"] == (
+        f"python -m ratelimit key {KEY} --scope geofence --prefix demo --algorithm log"
+    )
     assert (check["ZCARD"], 0 < check["PTTL"] <= 1000) == (members, True)
 
 

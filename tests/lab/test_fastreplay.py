@@ -60,7 +60,7 @@ def traces(draw, name: str | None = None):
 
 
 def model_for(name: str, options: dict):
-    return algorithms.get(name).limiter_class("reference")(**options)
+    return algorithms.get(name).build("reference", **options)
 
 
 def by_the_model(model, codes, times, costs):

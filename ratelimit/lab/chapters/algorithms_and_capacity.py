@@ -190,7 +190,7 @@ def replay_with(
     algorithm: str, trace: pd.DataFrame, limit: int = 10, window_s: int = 1
 ) -> pd.DataFrame:
     """Decide every request of `trace` with a fresh reference model of `algorithm`."""
-    model = algorithms.get(algorithm).limiter_class("reference")(window_s, limit)
+    model = algorithms.get(algorithm).build("reference", window_s, limit)
     return replay(trace, model, progress=False)
 
 
@@ -364,7 +364,7 @@ def script_check(
     trace = traffic.geofence_mix(2 * (limit / window_s), duration_s, seed=seed + 4)
     rows = []
     for a in algorithms.ALGORITHMS:
-        script = a.limiter_class("sync")(ratelimit.connect_sync(embedded=True), window_s, limit)
+        script = a.build("sync", ratelimit.connect_sync(embedded=True), window_s, limit)
         decided = replay(trace, script, progress=False)
         model = replay_with(a.name, trace, limit, window_s)
         ok = decided[decided.allowed]

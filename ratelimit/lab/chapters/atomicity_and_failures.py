@@ -49,7 +49,7 @@ from matplotlib.figure import Figure
 
 import ratelimit
 import ratelimit.sync
-from ratelimit import algorithms, scripts
+from ratelimit import algorithms
 from ratelimit.clock import ManualClock
 from ratelimit.decision import Decision
 from ratelimit.devtools.server import RedisServer
@@ -58,7 +58,7 @@ from ratelimit.http import decision_for, status_for
 from ratelimit.lab import backend, logs, metrics, reference
 from ratelimit.lab.classic import ClassicSlidingLog, ClassicTransactionLog
 from ratelimit.lab.plotting import COLORS
-from ratelimit.lab.simulation import replay
+from ratelimit.lab.simulation import REPLAY_TTL_SLACK_MS, replay
 
 __all__ = [
     "HEADLINE",
@@ -136,6 +136,8 @@ POLICIES = ("raise", "allow", "deny")
 APPEND_ONLY = ("--appendonly", "yes")  # a restart keeps the data, loses only the scripts
 CLASSIC_MEMBERS = 'classic "<ms>:<counter>"'
 OUR_MEMBERS = "ours (picked by the script)"
+# The chapter counts the log's sorted-set members, so its limiters keep that storage.
+_SORTED_LOG = algorithms.SLIDING_LOG
 _COLORS = {NON_ATOMIC: "tab:orange", LUA: COLORS[algorithms.SLIDING_LOG.name], MULTI: "tab:red"}
 # MULTI/EXEC admits exactly what the script admits in a race: drawn as an outline over it.
 _OUTLINED = {MULTI}
@@ -306,10 +308,10 @@ async def race_table(
     runs = {
         (asyncio_way, NON_ATOMIC): ClassicSlidingLog(aclient, window_s, limit, prefix=a),
         (asyncio_way, MULTI): _transaction_log(aclient, window_s, limit, prefix=a),
-        (asyncio_way, LUA): ratelimit.SlidingWindowLimiter(aclient, window_s, limit, prefix=a),
+        (asyncio_way, LUA): _SORTED_LOG.build("async", aclient, window_s, limit, prefix=a),
         (threads_way, NON_ATOMIC): ClassicSlidingLog(sclient, window_s, limit, prefix=t),
         (threads_way, MULTI): _transaction_log(sclient, window_s, limit, prefix=t),
-        (threads_way, LUA): ratelimit.sync.SlidingWindowLimiter(sclient, window_s, limit, prefix=t),
+        (threads_way, LUA): _SORTED_LOG.build("sync", sclient, window_s, limit, prefix=t),
     }
     rows = []
     for (way, name), limiter in runs.items():
@@ -423,8 +425,8 @@ async def steady_client(
     from the start, `limiter`, `admitted`. The keys are deleted afterwards."""
     clock = ManualClock(STEADY_START_S)
     limiters = {
-        LUA: ratelimit.SlidingWindowLimiter(
-            client, window_s, limit, prefix=f"{prefix}:lua", clock=clock
+        LUA: _SORTED_LOG.build(
+            "async", client, window_s, limit, prefix=f"{prefix}:lua", clock=clock
         ),
         MULTI: _transaction_log(client, window_s, limit, prefix=f"{prefix}:multi", clock=clock),
     }
@@ -565,7 +567,7 @@ async def duplicate_members(
             for _host in range(2)
         ],
         OUR_MEMBERS: [
-            ratelimit.SlidingWindowLimiter(client, window_s, limit, prefix=f"{prefix}:ours",
+            _SORTED_LOG.build("async", client, window_s, limit, prefix=f"{prefix}:ours",
                                            clock=clock)
             for _host in range(2)
         ],
@@ -590,12 +592,10 @@ async def duplicate_members(
 # --- section 3: NOSCRIPT ----------------------------------------------------------------
 
 
-def script_sha(client: Any = None) -> str:
-    """The SHA-1 `client`'s Redis caches the sliding log's script under (None: the
-    embedded backend's; a real Redis gets the script with a shebang, see scripts.py)."""
-    name = algorithms.SLIDING_LOG.script
-    text = scripts.source(name) if client is None else scripts.for_client(name, client)
-    return hashlib.sha1(text.encode()).hexdigest()
+def script_sha(limiter: Any) -> str:
+    """The SHA-1 Redis caches `limiter`'s script under: the hash of the text it loads
+    (its options as constants, and a shebang on a real Redis; see scripts.py)."""
+    return hashlib.sha1(limiter._script.script.encode()).hexdigest()
 
 
 @dataclass
@@ -627,8 +627,11 @@ def replay_with_disturbances(
     """Replay `trace` one stretch at a time on one synchronous limiter, its state kept
     between stretches, and call `disturb()` at each time in `at_s`; the replayed key is
     deleted afterwards."""
-    limiter = ratelimit.sync.SlidingWindowLimiter(client, window_s, limit, prefix=prefix)
-    sha, bounds = script_sha(client), [-np.inf, *at_s, np.inf]
+    # With the replay's own TTL slack, the copy a replay drives loads this very script.
+    limiter = _SORTED_LOG.build(
+        "sync", client, window_s, limit, prefix=prefix, ttl_slack_ms=REPLAY_TTL_SLACK_MS
+    )
+    sha, bounds = script_sha(limiter), [-np.inf, *at_s, np.inf]
     pieces, cached_after, cached_later = [], [], []
     for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         if i:
@@ -645,8 +648,8 @@ def replay_undisturbed(
     lab: Lab, trace: pd.DataFrame, *, limit: int, window_s: float
 ) -> pd.DataFrame:
     """`trace` replayed on `lab.target` by the synchronous limiter, nothing disturbed."""
-    limiter = ratelimit.sync.SlidingWindowLimiter(
-        lab.sync_client(lab.target), window_s, limit, prefix=f"{lab.prefix}:control"
+    limiter = _SORTED_LOG.build(
+        "sync", lab.sync_client(lab.target), window_s, limit, prefix=f"{lab.prefix}:control"
     )
     return replay(trace, limiter)
 
@@ -726,7 +729,7 @@ def policy_limiters(
     all on one virtual clock (it stamps the requests, so Retry-After is reproducible)."""
     clock = ManualClock(0.0)
     return {
-        policy: ratelimit.SlidingWindowLimiter(
+        policy: _SORTED_LOG.build("async",
             lab.async_client(lab.target), window_s, limit, prefix=f"{lab.prefix}:down",
             on_error=policy, timeout=timeout_s, clock=clock,
         )
@@ -1038,7 +1041,7 @@ async def embedded_counts(
     limiters = {
         NON_ATOMIC: ClassicSlidingLog(client, window_s, limit, prefix=prefix),
         MULTI: _transaction_log(client, window_s, limit, prefix=prefix),
-        LUA: ratelimit.SlidingWindowLimiter(client, window_s, limit, prefix=prefix),
+        LUA: _SORTED_LOG.build("async", client, window_s, limit, prefix=prefix),
     }
     try:
         return {

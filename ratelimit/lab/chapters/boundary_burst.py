@@ -187,7 +187,7 @@ def real_script(
     from 1) and the client's key afterwards: `members` (ZCARD) and `ttl_ms` (PTTL).
     """
     client = ratelimit.connect_sync(embedded=True)
-    limiter = LOG.limiter_class("sync")(client, window_s, limit)
+    limiter = LOG.build("sync", client, window_s, limit)
     decisions = [limiter.check(identity) for _ in range(limit + extra)]
     table = pd.DataFrame(
         {

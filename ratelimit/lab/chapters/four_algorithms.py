@@ -67,7 +67,7 @@ COST_LIMITS = (10, QUOTED_LIMIT)  # the costs table's columns
 
 ORDER = algorithms.ALGORITHMS  # log, fixed window, counter, GCRA: the registry's order
 IDENTITY = "api-key-123"
-SCRIPTS = ("prelude", *(a.script for a in ORDER), algorithms.COMPACT_LOG.script)
+SCRIPTS = ("prelude", "epilogue", *(a.script for a in ORDER), algorithms.COMPACT_LOG.script)
 
 
 def trace(
@@ -103,7 +103,7 @@ def trace(
 
 def _model(tag: str, limit: int, window_s: int, burst: int | None) -> Any:
     options = {"burst": burst} if tag == "gcra" else {}
-    return algorithms.get(tag).limiter_class("reference")(window_s, limit, **options)
+    return algorithms.get(tag).build("reference", window_s, limit, **options)
 
 
 def decisions(
@@ -208,7 +208,7 @@ def replayed_alike(limit: int = LIMIT, window_s: int = WINDOW_S) -> bool:
 
 def script_source(name: str) -> str:
     """The text of `ratelimit/lua/<name>.lua` in the installed package, as Redis loads it
-    after the shared prelude (`ratelimit.scripts.source` joins the two)."""
+    between the shared prelude and epilogue (`ratelimit.scripts.source` joins them)."""
     if name not in SCRIPTS:
         raise ValueError(f"no script {name!r}: give one of {', '.join(SCRIPTS)}")
     return resources.files("ratelimit").joinpath("lua", f"{name}.lua").read_text("utf-8")

@@ -232,15 +232,16 @@ def key_from_the_command_line(argv: Sequence[str]) -> str:
 
 async def seed_check(app: Any, api_key: str, prefix: str = "demo") -> dict[str, Any]:
     """The README's check after the look-ups, as a reader runs it: the key from the
-    command line (`python -m ratelimit key API_KEY --scope geofence --prefix demo`),
-    the same from Python (`ratelimit.keys.route_key`), then `ZCARD` and `PTTL` on it."""
-    argv = ["key", api_key, "--scope", SCOPE, "--prefix", prefix]
+    command line (`python -m ratelimit key API_KEY --scope geofence --prefix demo
+    --algorithm log`: the demo keeps the sorted-set log), the same from Python
+    (`ratelimit.keys.route_key`), then `ZCARD` and `PTTL` on it."""
+    argv = ["key", api_key, "--scope", SCOPE, "--prefix", prefix, "--algorithm", "log"]
     key = key_from_the_command_line(argv)
     redis = app.state.redis
     return {
         "command": "python -m ratelimit " + " ".join(argv),
         "key": key,
-        "python": keys.route_key(api_key, scope=SCOPE, prefix=prefix),
+        "python": keys.route_key(api_key, scope=SCOPE, prefix=prefix, algorithm="log"),
         "app": app.state.limits[SCOPE].key_for(api_key),
         "bare": app.state.limits[SCOPE].limiter.key_for(api_key),
         "ZCARD": int(await redis.zcard(key)),

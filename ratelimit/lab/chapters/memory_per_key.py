@@ -603,7 +603,7 @@ class Leak:
 def _ours(client: Any, prefix: str, clients: int, window_ms: int, keys: list[str]) -> None:
     """One request per client through our limiter, whose script sets the key's TTL to
     the window; each key written is appended to `keys`."""
-    limiter = _LOG.limiter_class("sync")(client, None, 10, window_ms=window_ms, prefix=prefix)
+    limiter = _LOG.build("sync", client, None, 10, window_ms=window_ms, prefix=prefix)
     for i in range(clients):
         keys.append(limiter.key_for(f"client-{i}"))
         if not limiter.check(f"client-{i}").allowed:
