@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import fakeredis
 import pytest
@@ -138,3 +139,21 @@ def flush_after_script_load(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(redis.Redis, "script_load", sync_load)
     monkeypatch.setattr(redis.asyncio.Redis, "script_load", async_load)
+
+
+@pytest.fixture
+async def plain_clients() -> AsyncIterator[Callable[..., Any]]:
+    """Makes plain redis-py clients from a URL, asyncio or sync; closes them after."""
+    made: list[Any] = []
+
+    def make(mode: str, url: str, **kwargs: Any) -> Any:
+        cls = redis.asyncio.Redis if mode == "async" else redis.Redis
+        made.append(cls.from_url(url, **kwargs))
+        return made[-1]
+
+    yield make
+    for client in made:
+        if isinstance(client, redis.asyncio.Redis):
+            await client.aclose()
+        else:
+            client.close()

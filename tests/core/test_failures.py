@@ -32,7 +32,7 @@ import copy
 import functools
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,24 +97,6 @@ def assert_fresh(decision: Decision, limit: int = LIMIT) -> None:
     """A normal (not degraded) answer to the first request of an unknown identity."""
     assert decision.allowed and not decision.degraded, decision
     assert decision.remaining == limit - 1, decision
-
-
-@pytest.fixture
-async def plain_clients() -> AsyncIterator[Callable[..., Any]]:
-    """Makes plain redis-py clients from a URL, asyncio or sync; closes them after."""
-    made: list[Any] = []
-
-    def make(mode: str, url: str, **kwargs: Any) -> Any:
-        cls = redis.asyncio.Redis if mode == "async" else redis.Redis
-        made.append(cls.from_url(url, **kwargs))
-        return made[-1]
-
-    yield make
-    for client in made:
-        if isinstance(client, redis.asyncio.Redis):
-            await client.aclose()
-        else:
-            client.close()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -120,24 +120,6 @@ def full() -> Iterator[RedisServer]:
         server.close()
 
 
-@pytest.fixture
-async def clients() -> AsyncIterator[Callable[[str, str], Any]]:
-    """Makes plain redis-py clients (asyncio or sync) from a URL; closes them after."""
-    made: list[Any] = []
-
-    def open_client(mode: str, url: str) -> Any:
-        cls = redis.asyncio.Redis if mode == "async" else redis.Redis
-        made.append(cls.from_url(url))
-        return made[-1]
-
-    yield open_client
-    for client in made:
-        if isinstance(client, redis.asyncio.Redis):
-            await client.aclose()
-        else:
-            client.close()
-
-
 async def outcome_of(call: Any) -> Any:
     """What a check gave: its result, or the RateLimiterUnavailable it raised; and
     how long it took."""
@@ -152,12 +134,14 @@ async def outcome_of(call: Any) -> Any:
 @pytest.mark.parametrize("on_error", POLICIES)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", KINDS)
-async def test_a_full_redis_answers_by_the_failure_policy(kind, mode, on_error, full, clients):
+async def test_a_full_redis_answers_by_the_failure_policy(
+    kind, mode, on_error, full, plain_clients
+):
     """Every check on a full noeviction Redis (the identities with state, whose entries
     have all left the window, and a new one) follows the failure policy within the
     timeout, one by one, batched by `check_many` and concurrent (the async limiters'
     auto-pipeline); the keyspace is exactly what it was."""
-    limiter = make(kind, mode, clients(mode, full.url), ManualClock(AGED),
+    limiter = make(kind, mode, plain_clients(mode, full.url), ManualClock(AGED),
                    on_error=on_error, timeout=TIMEOUT)  # fmt: skip
     with full.client() as admin:
         before = state(admin)
@@ -186,11 +170,11 @@ async def test_a_full_redis_answers_by_the_failure_policy(kind, mode, on_error, 
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_many_checks_on_a_full_redis_write_nothing(mode, full, clients):
+async def test_many_checks_on_a_full_redis_write_nothing(mode, full, plain_clients):
     """Hundreds of checks of every limiter on a full Redis: the keyspace does not
     change and used memory does not grow (what a connection itself uses aside)."""
     limiters = [
-        make(kind, mode, clients(mode, full.url), ManualClock(AGED), on_error="allow")
+        make(kind, mode, plain_clients(mode, full.url), ManualClock(AGED), on_error="allow")
         for kind in KINDS
     ]
     with full.client() as admin:
@@ -255,13 +239,13 @@ def test_without_the_shebang_a_full_redis_admits_for_real(kind, identity, server
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", KINDS)
-async def test_decisions_resume_once_memory_is_freed(kind, mode, server, clients):
+async def test_decisions_resume_once_memory_is_freed(kind, mode, server, plain_clients):
     """While Redis is full a check gets the failure policy; once the filler is deleted
     the next check is a normal decision that counts the admits made before memory ran
     out, and nothing from the full period."""
     clock = ManualClock(T0)
     with server.client() as admin:
-        limiter = make(kind, mode, clients(mode, server.url), clock, on_error="deny",
+        limiter = make(kind, mode, plain_clients(mode, server.url), clock, on_error="deny",
                        timeout=TIMEOUT)  # fmt: skip
         for n in range(BEFORE):
             decision = await check(limiter, "alice")

@@ -22,7 +22,7 @@ import asyncio
 import gc
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import fakeredis
@@ -47,21 +47,9 @@ def mode(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def make(private_redis) -> AsyncIterator[Any]:
-    """Makes plain clients (asyncio or sync) on the private server; closes them after."""
-    made: list[Any] = []
-
-    def client(mode: str, **kwargs: Any) -> Any:
-        cls = redis.asyncio.Redis if mode == "async" else redis.Redis
-        made.append(cls.from_url(private_redis.url, **kwargs))
-        return made[-1]
-
-    yield client
-    for c in made:
-        if isinstance(c, redis.asyncio.Redis):
-            await c.aclose()
-        else:
-            c.close()
+def make(private_redis, plain_clients) -> Any:
+    """Makes plain clients (asyncio or sync) on the private server; closed after."""
+    return lambda mode, **kwargs: plain_clients(mode, private_redis.url, **kwargs)
 
 
 @pytest.fixture
