@@ -10,7 +10,7 @@ from typing import Any
 
 import redis.exceptions
 
-from . import acl, nearcache, scripts
+from . import acl, lanes, nearcache, plan, scripts
 from . import clock as clocks
 from .backends import is_embedded
 from .cluster_client import guarded, is_cluster
@@ -87,8 +87,7 @@ class LimiterBase(Policy):
         self._opener = scripts.opener(self)
         # The radixes of a one-integer reply (lua/epilogue.lua).
         self._limit_base, self._retry_base = constants["L1"], constants["R"]
-        if self.wait_replicas:  # chosen once here: the default path has no extra test
-            self._call = self._call_waiting  # type: ignore[attr-defined]
+        self._wait = self._wait_command() if self.wait_replicas else None
         # A cluster sends a waiting check to the key's master itself (cluster_client).
         self._on_cluster = is_cluster(self._client)
 
@@ -126,26 +125,90 @@ class LimiterBase(Policy):
             )
         return None
 
-    def _replicated(self, reply: Any, acked: Any) -> Any:
-        """`reply`, or raise what `_replication_error` finds."""
-        error = self._replication_error(reply, acked)
+    def _check_plan(self, keys: list[str], args: list[Any]) -> plan.Plan:
+        """The round trips of one check (see `ratelimit.plan`)."""
+        return plan.check(self._script, keys, args, self._wait, self._retry_within)
+
+    def _route(self) -> Any:
+        """What sends a round trip now, as `send(key, commands)`: the client's lane while
+        the client sends as redis-py does (see `ratelimit.lanes`), else `_elsewhere`,
+        which the shells set: the cluster's routing, or the client itself (a lone
+        command through its `execute_command`, so that a wrapper sees every check)."""
+        lane = self._lane
+        if lane is not None and lanes.untouched(self._client):
+            return lane.send
+        return self._elsewhere
+
+    @staticmethod
+    def _pipelines(commands: plan.Commands) -> bool:
+        """Whether a round trip through the client itself goes as its pipeline: a batch,
+        or a WAIT (which must follow on the same connection). A lone check's call, and
+        its reload, go one command at a time through `execute_command`, so that a
+        wrapper of that method sees every check."""
+        if len(commands) == 1 or (len(commands) == 2 and commands[0][0] == "SCRIPT"):
+            return commands[-1][0] == "WAIT"
+        return True
+
+    def _pipeline_of(self, commands: plan.Commands) -> Any:
+        """The client's own pipeline with `commands` queued (nothing sent yet): how a
+        round trip of several commands goes where no lane serves."""
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return pipe
+
+    def _calls(self, batch: list[tuple[list[str], list[Any]]]) -> list[plan.Call]:
+        script = self._script
+        return [(script, keys, args) for keys, args in batch]
+
+    def _judge(self, result: tuple[Any, Any]) -> Any:
+        """A script's raw reply from (reply, WAIT's count); raises its error reply, or
+        NotReplicated for an admit too few replicas acknowledged."""
+        reply, acked = result
+        if type(reply) is int and not self.wait_replicas:
+            return reply  # the usual case: a decision
+        error = self._replication_error(reply, acked) if self.wait_replicas else None
+        if error is None and isinstance(reply, Exception):
+            error = reply
         if error is not None:
             raise error
         return reply
 
-    def _judged(self, pairs: list[tuple[Any, Any]]) -> list[Any]:
-        """Each (reply, WAIT's count) of a batch as a reply or its NotReplicated; any
-        other error is raised, as a batch without WAIT would."""
-        replies = [self._replication_error(reply, acked) or reply for reply, acked in pairs]
-        for reply in replies:
-            if isinstance(reply, Exception) and not isinstance(reply, NotReplicated):
-                raise reply
+    def _judged(self, results: list[tuple[Any, Any]]) -> list[Any]:
+        """A batch's raw replies, NotReplicated in place of an admit too few replicas
+        acknowledged; any other error is raised, for the failure policy to answer the
+        whole batch."""
+        replies = []
+        for result in results:
+            try:
+                replies.append(self._judge(result))
+            except NotReplicated as exc:
+                replies.append(exc)
         return replies
+
+    def _lookup(self, keys: list[str], args: list[Any]) -> tuple[Decision | None, float]:
+        """A rejection the near-cache still holds for this check (None: ask Redis), and
+        the check's time on the cache's clock, to pass on to `_decided`."""
+        if self.near_cache is None:
+            return None, 0.0
+        sent = self._local_ms(args[0])
+        return self.near_cache.lookup(keys[0], args[1], sent), sent
+
+    def _decided(self, reply: Any, keys: list[str], args: list[Any], sent: float) -> Decision:
+        """The `Decision` in `reply`, which the near-cache learns."""
+        decision = self._decision(reply, args[0])
+        cache = self.near_cache
+        if cache is not None:
+            if decision.allowed:  # new entries: a cached rejection's retry is stale
+                cache.forget(keys[0])
+            else:
+                cache.remember(keys[0], args[1], decision, sent, self._local_ms(args[0]))
+        return decision
 
     def _decisions(
         self, replies: list[Any], batch: list[tuple[list[str], list[Any]]]
     ) -> list[Decision]:
-        """A batch's decisions when some replies may be errors (NotReplicated)."""
+        """A batch's decisions, where a reply may be NotReplicated."""
         return [
             self._unavailable(reply)
             if isinstance(reply, Exception)
@@ -163,20 +226,6 @@ class LimiterBase(Policy):
         """The near-cache's time for a check: the script's own `now` when the limiter
         sends it, else (clock="redis") the host's monotonic clock in ms."""
         return now_arg if now_arg != b"" else _monotonic() * 1000
-
-    def _cached(self, keys: list[str], args: list[Any]) -> tuple[Decision | None, float]:
-        """A rejection the near-cache still holds for this check (None: ask Redis), and
-        the check's time on the cache's clock, to pass on to `_learn`."""
-        sent = self._local_ms(args[0])
-        return self.near_cache.lookup(keys[0], args[1], sent), sent  # type: ignore[union-attr]
-
-    def _learn(self, keys: list[str], args: list[Any], decision: Decision, sent: float) -> None:
-        """Tell the near-cache what Redis decided."""
-        cache = self.near_cache
-        if decision.allowed:  # new entries: a cached rejection's retry is stale
-            cache.forget(keys[0])  # type: ignore[union-attr]
-        else:
-            cache.remember(keys[0], args[1], decision, sent, self._local_ms(args[0]))  # type: ignore[union-attr]
 
     def _prepare(self, identity: str | bytes, cost: Any) -> tuple[list[str], list[Any]]:
         """Validate a request and build the script's KEYS and ARGV."""

@@ -2,13 +2,15 @@
 
 `ratelimit.backends.connect()` makes the cluster clients; this module adapts them:
 a sync client whose every command is bounded by the limiter's timeout, a guard for
-a redis-py race in the asyncio client, and batches of script calls (`check_many`)
-pipelined per node.
+a redis-py race in the asyncio client, and the round trips of `ratelimit.plan` sent
+through a cluster: lone checks routed by key, batches pipelined per node, WAIT on the
+key's master.
 """
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 import redis
@@ -18,6 +20,8 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.retry import Retry
+
+from . import plan
 
 
 def bounded_cluster(client: redis.RedisCluster, timeout: float) -> redis.RedisCluster:
@@ -44,19 +48,6 @@ def bounded_cluster(client: redis.RedisCluster, timeout: float) -> redis.RedisCl
         address_remap=manager.address_remap,
         **kwargs,
     )
-
-
-# Batches of script calls on a cluster (`check_many`) --------------------------------
-#
-# redis-py's cluster pipelines split a batch by node and send each node its share in
-# one round trip, but they do not load scripts (the sync one even refuses `evalsha()`),
-# so the raw EVALSHA is queued instead, routed by its key like any keyed command. A
-# node that lacks the script (new, restarted, flushed) answers NOSCRIPT to all of its
-# share and runs none of it: those requests, and only those, go again with EVAL (which
-# carries the script and cannot miss), in their order, after the script is loaded on
-# every master for the next batch. Requests of one identity share a node, so they stay
-# in order, and nothing is counted twice. A reply that is still an error (a node down)
-# is raised, so the limiter's failure policy answers the batch.
 
 
 def is_cluster(client: Any) -> bool:
@@ -123,76 +114,95 @@ def guarded(client: Any) -> Any:
     return client
 
 
-Batch = list[tuple[list[Any], list[Any]]]
+# A plan's round trips on a cluster (see `ratelimit.plan`) ---------------------------
+#
+# A lone check's script call goes through the client, which routes it by its key and
+# follows MOVED; SCRIPT LOAD goes to every master. A round trip that ends with WAIT goes
+# to the key's master on one connection (see below). A batch's script calls go through
+# the client's pipeline, which splits them by node and sends each node its share in one
+# round trip; cluster pipelines do not load scripts (the sync one even refuses
+# `evalsha()`), so the raw EVALSHA is queued, routed by its key like any keyed command,
+# and the plan's SCRIPT LOAD goes to every master first. Requests of one identity share
+# a node, so they stay in order.
+
+# A cluster batch is never sent again whole: the asyncio pipeline hands back a dropped
+# node's share in place (the plan sends that share once more), and the sync one
+# re-sends what failed itself, so a second try could count requests twice.
+NO_RETRY = -1.0
 
 
-def _queue(pipe: Any, command: str, body: str, batch: Batch, which: list[int]) -> None:
-    for i in which:
-        keys, args = batch[i]
-        pipe.execute_command(command, body, len(keys), *keys, *args)
+def _command(client: Any, command: tuple[Any, ...]) -> Any:
+    """One of a plan's commands through a cluster client (a coroutine for asyncio)."""
+    if command[0] == "SCRIPT":
+        return client.script_load(command[2])
+    if command[0] == "EVALSHA":
+        return client.evalsha(*command[1:])
+    return client.eval(*command[1:])
 
 
-def _noscript(replies: list[Any]) -> list[int]:
-    missing = redis.exceptions.NoScriptError
-    return [i for i, reply in enumerate(replies) if isinstance(reply, missing)]
+def _in_place(client: Any, command: tuple[Any, ...]) -> Any:
+    try:
+        return _command(client, command)
+    except redis.exceptions.ResponseError as exc:  # an error reply
+        return exc
 
 
-def _raise_first_error(replies: list[Any]) -> list[Any]:
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
+async def _ain_place(client: Any, command: tuple[Any, ...]) -> Any:
+    try:
+        return await _command(client, command)
+    except redis.exceptions.ResponseError as exc:
+        return exc
 
 
-def cluster_batch(client: redis.RedisCluster, script: Any, batch: Batch) -> list[Any]:
-    """Run `script` once per (keys, args) of `batch` on a sync cluster, pipelined per
-    node; the replies in order (see the comment above)."""
+def _loads(commands: list[tuple[Any, ...]]) -> int:
+    """How many SCRIPT LOADs open a round trip."""
+    return next((i for i, c in enumerate(commands) if c[0] != "SCRIPT"), len(commands))
+
+
+def send(client: Any, key: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """A lone check's round trip on a sync cluster client, error replies in place."""
+    if commands[-1][0] == "WAIT":
+        return node_send(client, key, commands)
+    return [_in_place(client, command) for command in commands]
+
+
+async def asend(client: Any, key: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """`send` for an asyncio cluster client (guarded or not)."""
+    if commands[-1][0] == "WAIT":
+        return await node_send_async(client, key, commands)
+    return [await _ain_place(client, command) for command in commands]
+
+
+def send_batch(client: Any, key: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """A batch's round trip on a sync cluster client, through its pipeline."""
+    n = _loads(commands)
+    replies = [_in_place(client, command) for command in commands[:n]]
     pipe = client.pipeline(transaction=False)
-    _queue(pipe, "EVALSHA", script.sha, batch, list(range(len(batch))))
-    replies = pipe.execute(raise_on_error=False)
-    missing = _noscript(replies)
-    if missing:
-        script.sha = client.script_load(script.script)
-        pipe = client.pipeline(transaction=False)
-        _queue(pipe, "EVAL", script.script, batch, missing)
-        for i, reply in zip(missing, pipe.execute(raise_on_error=False), strict=True):
-            replies[i] = reply
-    return _raise_first_error(replies)
+    for command in commands[n:]:
+        pipe.execute_command(*command)
+    return replies + pipe.execute(raise_on_error=False)
 
 
-async def cluster_batch_async(client: Any, script: Any, batch: Batch) -> list[Any]:
-    """`cluster_batch` for an asyncio cluster client. Unlike the sync pipeline, the
-    asyncio one hands back a dropped connection's share as ConnectionErrors; that
-    share is sent once more (on a fresh connection) before anything else."""
-
-    async def send(command: str, body: str, which: list[int]) -> None:
-        pipe = client.pipeline(transaction=False)
-        _queue(pipe, command, body, batch, which)
-        # redis-py's asyncio pipeline (8.1), unlike its single commands and the sync
-        # pipeline, fetches no new slot map after a node failed to answer unless it
-        # may retry, and ours may not: every batch for the slots of a master that died
-        # would go on to it, also after its replica took over. So refresh it here.
-        try:
-            answers = await _guard(pipe.execute(raise_on_error=False))
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
-            await _refresh_async(unguarded)
-            raise
-        for i, reply in zip(which, answers, strict=True):
-            replies[i] = reply
-        if any(isinstance(reply, redis.exceptions.ConnectionError) for reply in answers):
-            await _refresh_async(unguarded)
-
+async def asend_batch(client: Any, key: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """`send_batch` for an asyncio cluster client (guarded or not)."""
     unguarded = client.client if isinstance(client, GuardedCluster) else client
-    replies: list[Any] = [None] * len(batch)
-    await send("EVALSHA", script.sha, list(range(len(batch))))
-    dropped = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.ConnectionError)]
-    if dropped:
-        await send("EVALSHA", script.sha, dropped)
-    missing = _noscript(replies)
-    if missing:
-        script.sha = await _guard(client.script_load(script.script))
-        await send("EVAL", script.script, missing)
-    return _raise_first_error(replies)
+    n = _loads(commands)
+    replies = [await _ain_place(client, command) for command in commands[:n]]
+    pipe = unguarded.pipeline(transaction=False)
+    for command in commands[n:]:
+        pipe.execute_command(*command)
+    # redis-py's asyncio pipeline (8.1), unlike its single commands and the sync
+    # pipeline, fetches no new slot map after a node failed to answer unless it may
+    # retry, and ours may not: every batch for the slots of a master that died would go
+    # on to it, also after its replica took over. So refresh it here.
+    try:
+        answers = await _guard(pipe.execute(raise_on_error=False))
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        await _refresh_async(unguarded)
+        raise
+    if any(isinstance(reply, redis.exceptions.ConnectionError) for reply in answers):
+        await _refresh_async(unguarded)
+    return replies + answers
 
 
 # WAIT on a cluster (`wait_replicas`) ------------------------------------------------
@@ -286,70 +296,66 @@ async def node_send_async(
     return replies
 
 
-# A batch of waiting checks (`check_many`): per master, its checks' scripts then one
-# WAIT, in one round trip, all masters at once; a master that lacks the script gets
-# the checks that met NOSCRIPT again with EVAL (and WAIT). Each check's reply comes
-# with the count of the WAIT that followed it on its master.
+# A batch of checks (`check_many`, the auto-pipeline): through the client's pipeline;
+# with WAIT, per master, its checks' scripts then one WAIT in one round trip, all
+# masters at once. Each check's reply comes with the count of the WAIT that followed it
+# on its master.
 
 
-def _groups(client: Any, batch: Batch) -> list[tuple[Any, list[int]]]:
+def _groups(client: Any, calls: list[plan.Call]) -> list[tuple[Any, list[int]]]:
     groups: dict[str, tuple[Any, list[int]]] = {}
-    for i, (keys, _) in enumerate(batch):
+    for i, (_, keys, _) in enumerate(calls):
         node = _master(client, keys[0])
         groups.setdefault(node.name, (node, []))[1].append(i)
     return list(groups.values())
 
 
-def _calls(command: str, body: str, batch: Batch, which: list[int]) -> list[tuple[Any, ...]]:
-    return [(command, body, len(batch[i][0]), *batch[i][0], *batch[i][1]) for i in which]
+def _to_node(client: Any, node: Any, key: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    return node_send(client, key, commands, node)
 
 
-def _place(out: list[Any], which: list[int], replies: list[Any]) -> list[int]:
-    """Store (reply, WAIT's count) per check; the checks that met NOSCRIPT."""
-    acked = replies[-1]
-    for i, reply in zip(which, replies[:-1], strict=True):
-        out[i] = (reply, acked)
-    return [i for i in which if isinstance(out[i][0], redis.exceptions.NoScriptError)]
+async def _ato_node(client: Any, node: Any, key: Any, commands: list[tuple[Any, ...]]) -> Any:
+    return await node_send_async(client, key, commands, node)
 
 
-def cluster_batch_waiting(
-    client: redis.RedisCluster, script: Any, batch: Batch, wait: tuple[Any, ...]
-) -> list[tuple[Any, Any]]:
-    """(reply, WAIT's count) per check of `batch`, in order (see above)."""
-    out: list[Any] = [None] * len(batch)
+def run_batch(client: Any, calls: list[plan.Call], wait: Any) -> list[Any]:
+    """(reply, WAIT's count or None) per call of a batch on a sync cluster, in order."""
+    if not wait:
+        return plan.run(plan.batch(calls, None, NO_RETRY), partial(send_batch, client), None)
+    out: list[Any] = [None] * len(calls)
     try:
-        groups = _groups(client, batch)
+        groups = _groups(client, calls)
     except redis.exceptions.ConnectionError:
         _refresh_sync(client)
         raise
     for node, which in groups:
-        calls = _calls("EVALSHA", script.sha, batch, which)
-        missing = _place(out, which, node_send(client, None, [*calls, wait], node))
-        if missing:
-            calls = _calls("EVAL", script.script, batch, missing)
-            _place(out, missing, node_send(client, None, [*calls, wait], node))
+        part = plan.batch([calls[i] for i in which], wait, NO_RETRY)
+        results = plan.run(part, partial(_to_node, client, node), None)
+        for i, result in zip(which, results, strict=True):
+            out[i] = result
     return out
 
 
-async def cluster_batch_waiting_async(
-    client: Any, script: Any, batch: Batch, wait: tuple[Any, ...]
-) -> list[tuple[Any, Any]]:
-    """`cluster_batch_waiting` for an asyncio cluster client (guarded or not)."""
+async def arun_batch(client: Any, calls: list[plan.Call], wait: Any) -> list[Any]:
+    """`run_batch` for an asyncio cluster client (guarded or not)."""
+    if not wait:
+        return await plan.arun(
+            plan.batch(calls, None, NO_RETRY), partial(asend_batch, client), None
+        )
     cluster = client.client if isinstance(client, GuardedCluster) else client
     await _guard(cluster.initialize())
-    out: list[Any] = [None] * len(batch)
+    out: list[Any] = [None] * len(calls)
     try:
-        groups = _groups(cluster, batch)
+        groups = _groups(cluster, calls)
     except redis.exceptions.ConnectionError:
         await _refresh_async(cluster)
         raise
 
     async def one(node: Any, which: list[int]) -> None:
-        calls = _calls("EVALSHA", script.sha, batch, which)
-        missing = _place(out, which, await node_send_async(cluster, None, [*calls, wait], node))
-        if missing:
-            calls = _calls("EVAL", script.script, batch, missing)
-            _place(out, missing, await node_send_async(cluster, None, [*calls, wait], node))
+        part = plan.batch([calls[i] for i in which], wait, NO_RETRY)
+        results = await plan.arun(part, partial(_ato_node, cluster, node), None)
+        for i, result in zip(which, results, strict=True):
+            out[i] = result
 
     await asyncio.gather(*(one(node, which) for node, which in groups))
     return out

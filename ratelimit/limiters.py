@@ -5,8 +5,12 @@
     if not decision.allowed: ... decision.retry_after ...
 
 Each check is one Lua script call (`ratelimit/lua/`), atomic in Redis. Checks made on
-one client in the same turn of the event loop are sent together, as one pipeline
-(`ratelimit.autopipeline`); `auto_pipeline=False` sends each on its own.
+one client while another of its checks waits for Redis are sent together, as one
+pipeline (`ratelimit.autopipeline`); `auto_pipeline=False` sends each on its own.
+
+What a check sends, and its NOSCRIPT, retry and WAIT rules, are `ratelimit.plan`'s;
+the decision and the failure policy are `ratelimit._core`'s. This module only sends
+and receives, as `ratelimit.sync` does for a blocking client.
 
 `wait_replicas=N` (default 0) follows the script with `WAIT N <ms>` in the same round
 trip (one WAIT after a pipelined batch: it covers every earlier write on its
@@ -21,19 +25,16 @@ the embedded fakeredis (no replicas) it is refused with ValueError.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterable
-from typing import Any
+from functools import partial
+from types import TracebackType
+from typing import Any, Self
 
 import redis.exceptions
 
-from . import algorithms, autopipeline
-from ._core import UNAVAILABLE, LimiterBase, NotReplicated
-from .cluster_client import (
-    cluster_batch_async,
-    cluster_batch_waiting_async,
-    is_cluster,
-    node_send_async,
-)
+from . import algorithms, autopipeline, cluster_client, lanes, plan
+from ._core import UNAVAILABLE, LimiterBase
 from .decision import Decision
 from .policy import GcraPolicy, LogPolicy
 
@@ -43,7 +44,11 @@ class AsyncLimiter(LimiterBase):
 
     `auto_pipeline=True` (the default): concurrent checks on the same client share
     round trips (see `ratelimit.autopipeline`); False sends each check on its own.
+    A limiter is an async context manager: leaving it calls `aclose()`.
     """
+
+    # A dropped connection is retried once; the check's own timeout bounds both tries.
+    _retry_within = math.inf
 
     def __init__(self, redis: Any, *args: Any, auto_pipeline: bool = True, **kwargs: Any) -> None:
         if not isinstance(auto_pipeline, bool):
@@ -51,13 +56,14 @@ class AsyncLimiter(LimiterBase):
         super().__init__(redis, *args, **kwargs)
         self._options["auto_pipeline"] = auto_pipeline
         self.auto_pipeline = auto_pipeline
-        # The client's shared AutoPipeline: its batches, and its idle connections for
-        # the checks sent alone (see `_call_lone`).
-        lane = autopipeline.for_client(redis)
-        self._batcher = lane if auto_pipeline else None
-        if lane.pool is not None and not self.wait_replicas:
-            self._lane = lane
-            self._call = self._call_lone  # type: ignore[method-assign]
+        # The client's idle connections for lone checks (see ratelimit.lanes).
+        self._lane = None if self._on_cluster else lanes.async_lane(self._client)
+        self._elsewhere = (
+            partial(cluster_client.asend, self._client)
+            if self._on_cluster
+            else self._through_client
+        )
+        self._batcher = autopipeline.for_client(redis) if auto_pipeline else None
         if self._batcher is not None:  # chosen once: a waiting check marks its batch
             self._submit = (
                 self._batcher.submit_waiting if self.wait_replicas else self._batcher.submit
@@ -71,25 +77,27 @@ class AsyncLimiter(LimiterBase):
         `Decision` with `degraded=True` (allowed under "allow", rejected under "deny").
         """
         keys, args = self._prepare(identity, cost)
-        if self.near_cache is not None:
-            cached, sent = self._cached(keys, args)
-            if cached is not None:
-                return cached  # a rejection Redis gave still stands: no round trip
+        cached, sent = self._lookup(keys, args)
+        if cached is not None:
+            return cached  # a rejection Redis gave still stands: no round trip
         batcher = self._batcher
         try:
             async with asyncio.timeout(self.timeout):
-                if batcher is None or batcher.alone():
+                if batcher is None:
                     reply = await self._run(keys, args)
-                else:  # the batch's flush applies _run's retry and NOSCRIPT rules
+                elif batcher.alone():
+                    batcher.busy += 1  # the checks made meanwhile batch
+                    try:
+                        reply = await self._run(keys, args)
+                    finally:
+                        batcher.busy -= 1
+                else:  # the batch's flush applies the same plan to every check
                     reply = await self._submit(self, keys, args)
         except TimeoutError as exc:
             return self._unavailable(exc, f"no answer from Redis within {self.timeout} s")
         except UNAVAILABLE as exc:
             return self._unavailable(exc)
-        decision = self._decision(reply, args[0])
-        if self.near_cache is not None:
-            self._learn(keys, args, decision, sent)
-        return decision
+        return self._decided(reply, keys, args, sent)
 
     async def check_many(
         self, identities: Iterable[str | bytes], costs: int | Iterable[int] = 1
@@ -106,120 +114,55 @@ class AsyncLimiter(LimiterBase):
             return []
         try:
             async with asyncio.timeout(self.timeout):
-                replies = await self._run_many(batch)
+                replies = self._judged(await self._run_many(batch))
         except TimeoutError as exc:
             what = f"no answer from Redis within {self.timeout} s"
             return [self._unavailable(exc, what) for _ in batch]
         except UNAVAILABLE as exc:
             return [self._unavailable(exc) for _ in batch]
-        if self.wait_replicas:  # some replies may be NotReplicated
-            return self._decisions(replies, batch)
-        return [
-            self._decision(reply, args[0]) for reply, (_, args) in zip(replies, batch, strict=True)
-        ]
+        return self._decisions(replies, batch)
 
-    async def _run_many(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
-        try:
-            return await self._pipeline(batch)
-        except redis.exceptions.ConnectionError:
-            if is_cluster(self._script.registered_client):
-                raise  # cluster_batch_async re-sent what failed already
-            # As in _run: one retry on a fresh connection (stricter if counted twice).
-            return await self._pipeline(batch)
-        except redis.exceptions.NoScriptError:
-            # A flush between the pipeline's SCRIPT LOAD and its EVALSHAs: the calls
-            # before the failing one already counted, so going on one by one can only
-            # count some requests twice (stricter, never over-admitting).
-            return [await self._each(keys, args) for keys, args in batch]
+    async def aclose(self) -> None:
+        """Give back the connections kept for this client's lone checks. The client
+        stays the caller's: closing it closes every connection it made."""
+        if self._lane is not None:
+            await self._lane.aclose()
 
-    async def _each(self, keys: list[str], args: list[Any]) -> Any:
-        """One check of a batch gone one by one: its reply, or its NotReplicated."""
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def _run(self, keys: list[str], args: list[Any]) -> Any:
+        """One check's raw reply, sent on its own."""
+        return self._judge(await plan.arun(self._check_plan(keys, args), self._send, keys[0]))
+
+    async def _run_many(self, batch: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        calls = self._calls(batch)
+        if self._on_cluster:
+            return await cluster_client.arun_batch(self._client, calls, self._wait)
+        return await plan.arun(plan.batch(calls, self._wait, self._retry_within), self._send, None)
+
+    async def _send(self, key: Any, commands: plan.Commands) -> Any:
+        """One round trip: the replies (error replies in place), or what stopped it."""
         try:
-            return await self._call(keys, args)
-        except NotReplicated as exc:
+            return await self._route()(key, commands)
+        except Exception as exc:
             return exc
 
-    async def _pipeline(self, batch: list[tuple[list[str], list[Any]]]) -> list[list[int]]:
-        if is_cluster(self._script.registered_client):  # split by node; see cluster_client
-            if self.wait_replicas:  # per node: its scripts, then one WAIT
-                return self._judged(
-                    await cluster_batch_waiting_async(
-                        self._client, self._script, batch, self._wait_command()
-                    )
-                )
-            return await cluster_batch_async(self._script.registered_client, self._script, batch)
-        # `async with`: a pipeline whose SCRIPT EXISTS / LOAD fails still gives its
-        # connection back to the pool (without it, only garbage collection would).
-        async with self._script.registered_client.pipeline(transaction=False) as pipe:
-            for keys, args in batch:
-                await self._script(keys=keys, args=args, client=pipe)  # queued, not sent
-            if not self.wait_replicas:
-                return await pipe.execute()
-            pipe.execute_command(*self._wait_command())  # covers every write before it
-            *replies, acked = await pipe.execute(raise_on_error=False)
-        for reply in replies:  # as without WAIT (NOSCRIPT falls back in _run_many)
-            if isinstance(reply, Exception):
-                raise reply
-        return [self._replication_error(r, acked) or r for r in replies]
+    async def _through_client(self, key: Any, commands: plan.Commands) -> list[Any]:
+        if self._pipelines(commands):
+            return await self._pipeline_of(commands).execute(raise_on_error=False)
+        return [await self._in_place(command) for command in commands]
 
-    async def _run(self, keys: list[str], args: list[Any]) -> list[int]:
+    async def _in_place(self, command: tuple[Any, ...]) -> Any:
         try:
-            return await self._call(keys, args)
-        except redis.exceptions.ConnectionError:
-            # A pooled connection closed by a server restart fails on first use; the
-            # second attempt opens a fresh one. Had the first attempt reached Redis,
-            # the request is counted twice: stricter, never over-admitting.
-            return await self._call(keys, args)
-
-    async def _call(self, keys: list[str], args: list[Any]) -> list[int]:
-        try:
-            # EVALSHA on the client itself: redis-py's Script wrapper costs a few
-            # microseconds a call, which the hot path cannot afford.
-            return await self._client.evalsha(self._script.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:
-            return await self._reload(keys, args)
-
-    async def _call_lone(self, keys: list[str], args: list[Any]) -> list[int]:
-        """`_call` on one of the client's idle connections (`AutoPipeline.command`),
-        without redis-py's per-command work; a NOSCRIPT is recovered as by `_call`."""
-        script = self._script
-        try:
-            return await self._lane.command(("EVALSHA", script.sha, len(keys), *keys, *args))
-        except redis.exceptions.NoScriptError:
-            return await self._reload(keys, args)
-
-    async def _reload(self, keys: list[str], args: list[Any]) -> list[int]:
-        # The script cache was emptied (restart, failover, SCRIPT FLUSH): reload, retry.
-        client = self._client
-        self._script.sha = await client.script_load(self._script.script)
-        try:
-            return await client.evalsha(self._script.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:
-            # A second flush landed between the reload and the retry. EVAL carries
-            # the script itself, so it cannot meet NOSCRIPT.
-            return await client.eval(self._script.script, len(keys), *keys, *args)
-
-    async def _call_waiting(self, keys: list[str], args: list[Any]) -> Any:
-        """`_call` followed by WAIT on the same connection, in one round trip (the
-        NOSCRIPT rules too); NotReplicated for an admit too few replicas acknowledged."""
-        script, wait = self._script, self._wait_command()
-        call = (len(keys), *keys, *args)
-        reply, acked = await self._send(keys[0], [("EVALSHA", script.sha, *call), wait])
-        if isinstance(reply, redis.exceptions.NoScriptError):
-            load = ("SCRIPT", "LOAD", script.script)
-            _, reply, acked = await self._send(
-                keys[0], [load, ("EVALSHA", script.sha, *call), wait]
-            )
-            if isinstance(reply, redis.exceptions.NoScriptError):
-                reply, acked = await self._send(keys[0], [("EVAL", script.script, *call), wait])
-        return self._replicated(reply, acked)
-
-    async def _send(self, key: str, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """`commands` in one round trip on one connection (to `key`'s master on a
-        cluster); error replies in place."""
-        if self._on_cluster:
-            return await node_send_async(self._client, key, commands)
-        return await autopipeline._send(self._client, commands)
+            return await self._client.execute_command(*command)
+        except redis.exceptions.ResponseError as exc:  # an error reply
+            return exc
 
 
 class SlidingWindowLimiter(LogPolicy, AsyncLimiter):

@@ -20,6 +20,8 @@ import redis.asyncio
 from ratelimit.clock import ManualClock
 from ratelimit.devtools.cluster import LocalCluster
 from ratelimit.devtools.server import RedisServer
+from ratelimit.limiters import AsyncLimiter
+from ratelimit.sync import SyncLimiter
 
 REAL_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -122,23 +124,35 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def flush_after_script_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every SCRIPT LOAD is followed at once by a SCRIPT FLUSH on the same server: the
-    timing of another client's flush (or a failover) landing between redis-py's reload
-    of a script and its second EVALSHA, made deterministic."""
-    load = redis.Redis.script_load  # one function, shared by the sync and async clients
+    """Every SCRIPT LOAD a limiter sends is followed at once by a SCRIPT FLUSH on the
+    same server: the timing of another client's flush (or a failover) landing between
+    the reload of a script and its call, made deterministic. The reload's round trip
+    (see ratelimit.plan) is split in two around the flush."""
+    sync_send, async_send = SyncLimiter._send, AsyncLimiter._send
 
-    def sync_load(self: redis.Redis, script: str) -> str:
-        sha = load(self, script)
-        self.script_flush()
-        return sha
+    def parts(commands: list[Any]) -> tuple[list[Any], list[Any]]:
+        return [commands[0], ("SCRIPT", "FLUSH")], commands[1:]
 
-    async def async_load(self: redis.asyncio.Redis, script: str) -> str:
-        sha = await load(self, script)
-        await self.script_flush()
-        return sha
+    def joined(loaded: Any, rest: Any) -> Any:
+        for outcome in (loaded, rest):
+            if isinstance(outcome, Exception):
+                return outcome
+        return [loaded[0], *rest]
 
-    monkeypatch.setattr(redis.Redis, "script_load", sync_load)
-    monkeypatch.setattr(redis.asyncio.Redis, "script_load", async_load)
+    def sync_split(self: Any, key: Any, commands: list[Any]) -> Any:
+        if commands[0][:2] != ("SCRIPT", "LOAD"):
+            return sync_send(self, key, commands)
+        load, rest = parts(commands)
+        return joined(sync_send(self, key, load), sync_send(self, key, rest))
+
+    async def async_split(self: Any, key: Any, commands: list[Any]) -> Any:
+        if commands[0][:2] != ("SCRIPT", "LOAD"):
+            return await async_send(self, key, commands)
+        load, rest = parts(commands)
+        return joined(await async_send(self, key, load), await async_send(self, key, rest))
+
+    monkeypatch.setattr(SyncLimiter, "_send", sync_split)
+    monkeypatch.setattr(AsyncLimiter, "_send", async_split)
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ def test_the_rule_is_the_key_pattern_and_the_commands():
     granted = [part[1:] for part in text.split() if part.startswith("+")]
     assert granted == acl.commands()
     assert len(set(granted)) == len(granted)  # no duplicates
-    assert granted[:4] == ["evalsha", "eval", "script|load", "script|exists"]
+    assert granted[:3] == ["evalsha", "eval", "script|load"]
     assert set(acl.script_commands()) <= set(granted)
     assert all(name == name.lower() for name in granted)
 

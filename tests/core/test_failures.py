@@ -171,6 +171,8 @@ async def test_flush_during_reload_is_invisible(
     client = plain_clients(mode, private_redis.url)
     limiter = limiter_of("log", mode)(client, 60, LIMIT)
     assert_fresh(await check(limiter, "alice"))
+    with private_redis.client() as admin:  # the call that met the second flush went by EVAL
+        assert admin.info("commandstats")["cmdstat_eval"]["calls"] == 1
 
 
 # 2. Restart, dropped connections --------------------------------------------------
@@ -379,8 +381,10 @@ async def test_bad_input_is_not_a_redis_failure(identity, cost, mode, plain_clie
 class Stalled(fakeredis.FakeAsyncRedis):
     """A client whose script calls never answer (a stalled server)."""
 
-    async def evalsha(self, *args, **kwargs):
-        await asyncio.Event().wait()
+    async def execute_command(self, *args, **kwargs):
+        if args[0] == "EVALSHA":
+            await asyncio.Event().wait()
+        return await super().execute_command(*args, **kwargs)
 
 
 async def test_the_timeout_bounds_every_check():

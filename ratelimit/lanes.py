@@ -1,0 +1,377 @@
+"""Lanes: the idle connections that checks sent alone reuse, one lane per client.
+
+A check sent alone through redis-py costs, on the client, a pool lease and release, a
+connection check and redis-py's per-command work, together about as much as the rest
+of the call. A lane leases connections from the client's own pool (so connecting, TLS,
+AUTH, HELLO and Sentinel discovery stay redis-py's), writes packed commands, reads
+their replies and keeps the connection for the next check. A connection with a reply
+that may be left unread on it (an error, a cancellation) is closed and given back.
+
+A client whose `execute_command` is not redis-py's own (tracing such as
+OpenTelemetry's redis instrumentation, a subclass, a wrapper) gets no lane while it
+is so, whenever it became so: its commands then go through the client, which sees
+every check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import threading
+import weakref
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.connection
+import redis.exceptions
+
+from .backends import is_embedded
+
+# At most this many idle connections kept for lone checks (and at most half of a
+# bounded pool's); more go back to the pool. Checks one at a time need one. The asyncio
+# lane keeps them only until the loop's next turn (see `AsyncLane.send`).
+MAX_IDLE = 4
+
+# redis-py's own sending, as its module defines it: a subclass that sends its own way
+# keeps doing so (see `_write`).
+_SEND = redis.asyncio.connection.AbstractConnection.send_packed_command
+
+
+def untouched(client: Any) -> bool:
+    """True while `client` sends its commands as redis-py does: its class's
+    `execute_command` is redis-py's own function (not wrapped, not overridden), and the
+    client itself has none of its own. Asked on every round trip, so it is cheap."""
+    method = type(client).execute_command
+    seen = _VERDICTS.get(id(method))
+    if seen is None or seen[0] is not method:
+        verdict = (
+            getattr(method, "__wrapped__", None) is None
+            and getattr(method, "__module__", "").startswith("redis.")
+            and getattr(method, "__qualname__", "") == "Redis.execute_command"
+        )
+        seen = _VERDICTS[id(method)] = (method, verdict)
+    return seen[1] and "execute_command" not in client.__dict__
+
+
+# What `untouched` found for each `execute_command` function seen (few: redis-py's own
+# and whatever wraps it), by identity: a wrapper (wrapt's) compares and hashes equal to
+# the function it wraps.
+_VERDICTS: dict[int, tuple[Any, bool]] = {}
+
+
+def _max_idle(pool: Any) -> int:
+    """How many idle connections a lane keeps: MAX_IDLE, but at most half of a
+    bounded pool, so that the client's other commands still get connections."""
+    bound = getattr(pool, "max_connections", None)
+    return MAX_IDLE if not isinstance(bound, int) else min(MAX_IDLE, bound // 2)
+
+
+# The RESP text of a command's first three arguments (a script call's name, SHA or
+# text, and key count), packed once per encoding and distinct triple: few scripts, few
+# commands.
+_HEADS: dict[tuple[str, tuple[Any, ...]], bytes] = {}
+_MAX_HEADS = 256
+
+
+def _bulks(args: Any, encoding: str, errors: str) -> bytes | None:
+    """RESP bulk strings of `args`; None if one is not bytes, text or an integer."""
+    out = []
+    for arg in args:
+        kind = type(arg)
+        if kind is str:
+            arg = arg.encode(encoding, errors)
+        elif kind is int:
+            arg = b"%d" % arg
+        elif kind is not bytes:
+            return None
+        out.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+    return b"".join(out)
+
+
+def packed(conn: Any, commands: Any) -> list[bytes]:
+    """The commands in RESP, the same bytes as `conn.pack_commands` (the tests hold
+    them to it) for the bytes, text and integers a check sends, at a fraction of its
+    cost. Any other argument goes through redis-py's own rules."""
+    encoding, errors = conn.encoder.encoding, conn.encoder.encoding_errors
+    out = []
+    for command in commands:
+        key = (encoding, command[:3])
+        head = _HEADS.get(key)
+        if head is None:
+            head = _bulks(command[:3], encoding, errors)
+            if head is None:
+                return conn.pack_commands(commands)
+            if len(_HEADS) < _MAX_HEADS:
+                _HEADS[key] = head
+        rest = _bulks(command[3:], encoding, errors)
+        if rest is None:
+            return conn.pack_commands(commands)
+        out += (b"*%d\r\n" % len(command), head, rest)
+    return [b"".join(out)]
+
+
+def _leasable(client: Any, kind: type, pool_kind: type) -> Any:
+    """`client`'s pool if a lane may lease from it, else None (a cluster, the embedded
+    fakeredis, a client of another kind)."""
+    pool = getattr(client, "connection_pool", None)
+    if isinstance(client, kind) and isinstance(pool, pool_kind) and not is_embedded(client):
+        return pool
+    return None
+
+
+class AsyncLane:
+    """The idle connections of one asyncio client, leased from its pool.
+
+    All of them are bound to one event loop (an asyncio connection works only in its
+    own). The pool counts them in use, so closing the client disconnects them too, and
+    they go back to the pool on the loop's next turn, so the client's other commands
+    never find its pool short by them."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self._idle: list[Any] = []  # leased, no reply left unread on any of them
+        self._idle_loop: asyncio.AbstractEventLoop | None = None
+        self._max_idle = _max_idle(pool)
+        # The callback, queued for the loop's next turn, that hands `_idle` back.
+        self._give_back: asyncio.Handle | None = None
+        self._tasks: set[asyncio.Task] = set()  # strong references while they run
+
+    @property
+    def idle(self) -> int:
+        """How many connections the lane holds now."""
+        return len(self._idle)
+
+    async def send(self, key: Any, commands: Any) -> list[Any]:
+        """Write `commands` at once on an idle connection and read all their replies,
+        error replies in place (read whole: the connection is kept). On any other
+        error or on cancellation the connection is closed and handed back to the
+        pool, since a reply may be left unread on it. (`key` is the round trip's
+        first key: a lane has one server, so it does not route by it.)"""
+        idle = self._idle
+        loop = asyncio.get_running_loop()
+        if idle and self._idle_loop is loop:
+            conn = idle.pop()
+        else:
+            conn = await self._lease(loop)
+        try:
+            await _write(conn, packed(conn, commands))
+            replies = []
+            for _ in commands:
+                try:
+                    # No timer per read: the caller's own timeout bounds it.
+                    replies.append(await conn.read_response(timeout=math.inf))
+                except redis.exceptions.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException as exc:
+            await self._drop(conn, exc)
+            raise
+        idle = self._idle  # (a new list if another loop's check came meanwhile)
+        if len(idle) < self._max_idle and self._idle_loop is loop:
+            idle.append(conn)
+            if self._give_back is None:
+                self._give_back = loop.call_soon(self._hand_back, loop)
+        else:
+            await self.pool.release(conn)
+        return replies
+
+    def _hand_back(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the turn after a check: give the pool the connections no check took
+        meanwhile. Checks made one after another in one task never yield in between,
+        so they keep reusing theirs; any other code that runs first finds the pool
+        whole."""
+        self._give_back = None
+        if self._idle_loop is not loop:
+            return
+        kept, self._idle = self._idle, []
+        for conn in kept:
+            _run_now(self.pool.release(conn), loop, self._tasks)
+
+    async def aclose(self) -> None:
+        """Give every idle connection back to the pool now."""
+        kept, self._idle = self._idle, []
+        for conn in kept:
+            await self.pool.release(conn)
+
+    async def _lease(self, loop: asyncio.AbstractEventLoop) -> Any:
+        if self._idle_loop is not loop:
+            # Those of another loop (a finished `asyncio.run`) go back to the pool,
+            # which then treats them as it treats its own.
+            stale, self._idle, self._idle_loop = self._idle, [], loop
+            for conn in stale:
+                await self.pool.release(conn)
+        return await self.pool.get_connection()
+
+    async def _drop(self, conn: Any, exc: BaseException) -> None:
+        try:
+            await conn.disconnect(nowait=True)  # (redis-py has mostly done it already)
+        finally:
+            await self.pool.release(conn)
+        if isinstance(exc, redis.exceptions.ConnectionError):
+            # A dropped connection (restart, failover, CLIENT KILL) means the idle
+            # ones, ours and the pool's, are likely gone too, and the pool cannot
+            # always tell (an asyncio socket whose close the loop has not seen yet):
+            # closed, they reconnect on next use, so the retry gets a working one.
+            while True:  # (pop: other checks may be giving theirs back meanwhile)
+                try:
+                    other = self._idle.pop()
+                except IndexError:
+                    break
+                await other.disconnect(nowait=True)
+                await self.pool.release(other)
+            await self.pool.disconnect(inuse_connections=False)
+
+
+class SyncLane:
+    """The idle connections of one (bounded) sync client, leased from its pool and
+    kept after a clean reply. Shared by threads: `list.pop` and `append` are atomic,
+    so each connection is used by one thread at a time."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self._idle: list[Any] = []  # leased, no reply left unread on any of them
+        self._max_idle = _max_idle(pool)
+        self._pid = os.getpid()
+
+    @property
+    def idle(self) -> int:
+        """How many connections the lane holds now."""
+        return len(self._idle)
+
+    def send(self, key: Any, commands: Any) -> list[Any]:
+        """`AsyncLane.send` for a blocking client."""
+        if self._pid != os.getpid():
+            # A forked child must not share its parent's sockets: forget them (the
+            # pool, which checks the pid too, makes new ones).
+            self._idle, self._pid = [], os.getpid()
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self.pool.get_connection()
+        try:
+            conn.send_packed_command(packed(conn, commands))
+            replies = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except redis.exceptions.ResponseError as exc:  # an error reply, read whole
+                    replies.append(exc)
+        except BaseException as exc:
+            self._drop(conn, exc)
+            raise
+        if len(self._idle) < self._max_idle:
+            self._idle.append(conn)
+        else:
+            self.pool.release(conn)
+        return replies
+
+    def close(self) -> None:
+        """Give every idle connection back to the pool now."""
+        while True:
+            try:
+                conn = self._idle.pop()
+            except IndexError:
+                return
+            self.pool.release(conn)
+
+    def _drop(self, conn: Any, exc: BaseException) -> None:
+        try:
+            conn.disconnect()  # (redis-py has mostly done it already)
+        finally:
+            self.pool.release(conn)
+        if isinstance(exc, redis.exceptions.ConnectionError):
+            # As in the asyncio lane: the retry must get a working connection.
+            while True:
+                try:
+                    other = self._idle.pop()
+                except IndexError:
+                    break
+                other.disconnect()
+                self.pool.release(other)
+            self.pool.disconnect(inuse_connections=False)
+
+
+# One lane per client, whatever limiters use it. Weak keys: a client nobody uses any
+# more is not kept alive by these tables.
+_ASYNC: weakref.WeakKeyDictionary[Any, AsyncLane] = weakref.WeakKeyDictionary()
+_SYNC: weakref.WeakKeyDictionary[Any, SyncLane] = weakref.WeakKeyDictionary()
+_SYNC_LOCK = threading.Lock()
+
+
+def async_lane(client: Any) -> AsyncLane | None:
+    """The lane every asyncio limiter on `client` shares; None where lone checks go
+    through the client itself."""
+    pool = _leasable(client, redis.asyncio.Redis, redis.asyncio.ConnectionPool)
+    if pool is None:
+        return None
+    try:
+        lane = _ASYNC.get(client)
+        if lane is None:
+            lane = _ASYNC[client] = AsyncLane(pool)
+        return lane
+    except TypeError:  # not weak-referenceable: no lane (nothing would free it)
+        return None
+
+
+def sync_lane(client: Any) -> SyncLane | None:
+    """The lane every sync limiter on `client` shares (see `async_lane`)."""
+    pool = _leasable(client, redis.Redis, redis.ConnectionPool)
+    if pool is None:
+        return None
+    with _SYNC_LOCK:
+        try:
+            lane = _SYNC.get(client)
+            if lane is None:
+                lane = _SYNC[client] = SyncLane(pool)
+            return lane
+        except TypeError:
+            return None
+
+
+def _run_now(coro: Any, loop: asyncio.AbstractEventLoop, tasks: set[asyncio.Task]) -> None:
+    """Run `coro` to its end at once if it never has to wait (the pool's release does
+    not, unless its connection must reconnect or re-authenticate); else a task (kept
+    in `tasks`) finishes it. A task alone would start only after every task already
+    queued, which may be the very commands that need the connection back."""
+    try:
+        waiting = coro.send(None)
+    except StopIteration:
+        return
+    task = loop.create_task(_finish(coro, waiting))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+
+async def _finish(coro: Any, waiting: Any) -> None:
+    """Go on with a coroutine that `_run_now` started by hand, as a task would: wait
+    for what it waits for, then resume it, until it returns."""
+    while True:
+        if waiting is None:  # a bare yield, as in asyncio.sleep(0)
+            await asyncio.sleep(0)
+        else:
+            waiting._asyncio_future_blocking = False
+            await asyncio.wait([waiting])
+        try:
+            waiting = coro.send(None)
+        except StopIteration:
+            return
+
+
+async def _write(conn: Any, data: list[bytes]) -> None:
+    """`conn.send_packed_command(data)` without the timer that redis-py puts around
+    each write when the connection has a socket timeout: the check's own timeout
+    bounds it instead. The caller closes the connection on any error."""
+    writer = getattr(conn, "_writer", None)
+    if (
+        writer is None  # not connected yet (or a redis-py that keeps it elsewhere)
+        or conn.health_check_interval  # a PING may be due first
+        or type(conn).send_packed_command is not _SEND  # a subclass's own sending
+    ):
+        await conn.send_packed_command(data)
+        return
+    try:
+        writer.writelines(data)
+        await writer.drain()  # at once, unless the socket's buffer is full
+    except OSError as exc:  # as redis-py reports it, so that the check retries
+        raise redis.exceptions.ConnectionError(f"Error while writing to socket: {exc}") from exc
