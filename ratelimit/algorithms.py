@@ -85,6 +85,8 @@ class Algorithm:
     # Whether a key holds one entry per admitted unit in its window (its size grows
     # with the limit) rather than a few numbers whatever the limit.
     state_per_unit: bool = False
+    # Options its limiters take besides the ones every limiter takes (see policy.py).
+    extra_options: tuple[str, ...] = ()
 
     # -- what the script needs
 
@@ -260,11 +262,11 @@ SLIDING_LOG_MAX_LIMIT = 1_000_000
 # 10**6 members in 2**23 slots), and not counted.
 # Tag, label, Lua script, limiter class; exactness; commands per check as (admit, per
 # extra unit of cost, reject, opening a key); near-cache rule; largest limit; whether
-# a key grows with the units it holds.
+# a key grows with the units it holds; the options only its limiters take.
 SLIDING_LOG = SlidingLog("log", "sliding log", "sliding_log", "SlidingWindowLimiter",
                          exact=True, commands=ScriptCommands(5, 1, 3, 5), near_cache="same cost",
                          max_limit=SLIDING_LOG_MAX_LIMIT, storage="sorted-set",
-                         state_per_unit=True)  # fmt: skip
+                         state_per_unit=True, extra_options=("storage",))  # fmt: skip
 FIXED_WINDOW = FixedWindow("fw", "fixed window", "fixed_window", "FixedWindowLimiter",
                            exact=False, commands=ScriptCommands(2, 0, 1, 1),
                            near_cache="same or larger cost",
@@ -275,7 +277,8 @@ SLIDING_WINDOW_COUNTER = SlidingWindowCounter("swc", "sliding-window counter",
                                               commands=ScriptCommands(2, 0, 1, 1),
                                               ttl_windows=2)  # fmt: skip
 GCRA = Gcra("gcra", "GCRA (token bucket)", "gcra", "TokenBucketLimiter",
-            exact=False, commands=ScriptCommands(2, 0, 1, 1))  # fmt: skip
+            exact=False, commands=ScriptCommands(2, 0, 1, 1),
+            extra_options=("burst",))  # fmt: skip
 
 ALGORITHMS: tuple[Algorithm, ...] = (SLIDING_LOG, FIXED_WINDOW, SLIDING_WINDOW_COUNTER, GCRA)
 NAMES: tuple[str, ...] = tuple(a.name for a in ALGORITHMS)
@@ -285,7 +288,7 @@ NAMES: tuple[str, ...] = tuple(a.name for a in ALGORITHMS)
 COMPACT_LOG = CompactLog("logc", "sliding log (compact)", "compact_log", "SlidingWindowLimiter",
                          exact=True, commands=ScriptCommands(3, 0, 1, 3), near_cache="same cost",
                          max_limit=SLIDING_LOG_MAX_LIMIT, storage="compact",
-                         state_per_unit=True)  # fmt: skip
+                         state_per_unit=True, extra_options=("storage",))  # fmt: skip
 # Where `SlidingWindowLimiter(..., storage=...)` keeps its log.
 LOG_STORAGES: dict[str, Algorithm] = {"sorted-set": SLIDING_LOG, "compact": COMPACT_LOG}
 DEFAULT_LOG_STORAGE = "compact"

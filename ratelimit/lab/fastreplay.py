@@ -427,12 +427,12 @@ class Replayer:
         found = algorithms.get(algorithm)
         options: dict[str, Any] = {"limit": limit, "window_ms": window_ms}
         if burst is not None:
+            if "burst" not in found.extra_options:
+                having = [a.name for a in algorithms.ALGORITHMS if "burst" in a.extra_options]
+                raise ValueError(f"burst applies to {', '.join(having)} only, not {found.name!r}")
             options["burst"] = burst
         # The model validates the options (one home for those rules).
-        try:
-            model = found.build("reference", **options)
-        except TypeError:
-            raise ValueError(f"burst does not apply to {found.name!r}: it has none") from None
+        model = found.build("reference", **options)
         replay = found.part("replay")
         self.algorithm: str = replay.algorithm.name  # the compact log replays as the log
         self.limit: int = model.limit

@@ -300,7 +300,7 @@ def test_bad_options_get_the_models_errors():
         Replayer("log", 0, 1000)
     with pytest.raises(ValueError, match="unknown algorithm"):
         Replayer("leaky", 10, 1000)
-    with pytest.raises(ValueError, match="burst does not apply to 'fw'"):
+    with pytest.raises(ValueError, match="burst applies to gcra only, not 'fw'"):
         Replayer("fw", 10, 1000, burst=3)
     with pytest.raises(ValueError, match="2\\*\\*53"):
         Replayer("swc", 10**9, 366 * 24 * 3600 * 1000)
