@@ -240,7 +240,8 @@ def peak_records(worst_peak: pd.Series) -> list[Finding]:
     the log (`worst_peak` indexed by tag), as `Finding`s to record."""
     return [
         (f"peak_{a}", worst_peak[a], ".1f", f"{LABELS[a]}: worst rolling-second peak / limit")
-        for a in ("fw", "swc", "gcra")
+        for a in algorithms.NAMES
+        if a != _LOG.name
     ]
 
 

@@ -211,7 +211,7 @@ def span(values: Iterable[float], fmt: str = ",") -> str:
 
 
 Finding = tuple[str, Any, str, str]  # (record name, value, format, what it is)
-_O1 = ("fw", "swc", "gcra")
+_O1 = tuple(a.name for a in algorithms.ALGORITHMS if not a.state_per_unit)
 
 
 def findings(
