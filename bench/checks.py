@@ -25,12 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ratelimit import (
-    FixedWindowLimiter,
-    SlidingWindowCounterLimiter,
-    SlidingWindowLimiter,
-    TokenBucketLimiter,
-)
+from ratelimit import SlidingWindowLimiter, algorithms
 from ratelimit.lab.classic import ClassicSlidingLog
 
 from . import peers as peer_mod
@@ -41,7 +36,7 @@ LIMIT = 1_000_000  # per second: every check in a run is admitted
 KEYS = 10_000
 BATCH = 100
 FLOORS = ("PING", "EVALSHA return 1")
-OURS = (SlidingWindowLimiter, FixedWindowLimiter, SlidingWindowCounterLimiter, TokenBucketLimiter)
+OURS = tuple(a.limiter_class("async") for a in algorithms.ALGORITHMS)  # the registry's order
 LOG = SlidingWindowLimiter.__name__
 # The exact log's storages (`SlidingWindowLimiter(..., storage=...)`). A build that
 # does not know the option has one log, the sorted set.

@@ -20,6 +20,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on a CI machine
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ratelimit import algorithms  # noqa: E402
+
 from .checks import ARGS_FLOOR_CASE, BARE_SCRIPT_CASE, CLASSIC_REUSED_CASE, FLOORS  # noqa: E402
 from .targets import COMPACT_BYTES, EVALSHA_TARGET  # noqa: E402
 
@@ -105,7 +107,7 @@ def _server_cost(cost: dict[str, Any], path: Path) -> Path:
 
 def _memory(memory: dict[str, Any], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    logs = [r for r in memory["rows"] if r["algorithm"] == "log"]
+    logs = [r for r in memory["rows"] if algorithms.get(r["algorithm"]).state_per_unit]
     for variant in dict.fromkeys((r["storage"], r["member_format"]) for r in logs):
         rows = [r for r in logs if (r["storage"], r["member_format"]) == variant]
         storage, member_format = variant

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ratelimit import algorithms
 from ratelimit.lab.records import between, replace_between
 
 from . import summary
@@ -253,6 +254,11 @@ def _cost_table(cost: dict[str, Any] | None) -> list[str]:
     return _table(head, body) + notes + _skips(cost, "peers_skipped")
 
 
+def _is_log(row: dict[str, Any]) -> bool:
+    """Whether a memory row measured a log key (one entry per admitted unit)."""
+    return algorithms.get(row["algorithm"]).state_per_unit
+
+
 def _memory_table(memory: dict[str, Any] | None) -> list[str]:
     title = "memory per key"
     if memory is None:
@@ -263,10 +269,10 @@ def _memory_table(memory: dict[str, Any] | None) -> list[str]:
     for storage, found in memory.get("log_storages", {}).items():
         if "skipped" not in found:
             columns[f"`SlidingWindowLimiter` storage={storage}: B per admitted unit"] = (
-                lambda r, s=storage: r["algorithm"] == "log" and r.get("storage") == s
+                lambda r, s=storage: _is_log(r) and r.get("storage") == s
             )
     columns['classic "<ms>:<ns>" members: B per unit'] = lambda r: (
-        r["algorithm"] == "log" and r["member_format"] == "classic"
+        _is_log(r) and r["member_format"] == "classic"
     )
     for alg, label in (("fw", "fixed window"), ("swc", "sliding-window counter"), ("gcra", "GCRA")):
         columns[f"{label}: B per key"] = lambda r, a=alg: r["algorithm"] == a

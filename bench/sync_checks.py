@@ -8,19 +8,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ratelimit import sync
+from ratelimit import algorithms
 
 from . import peers as peer_mod
 from . import rounds
 from .checks import LIMIT, Identities, hot, ours, report, spread
 from .cleanup import delete_prefix_sync
 
-OURS = (
-    sync.SlidingWindowLimiter,
-    sync.FixedWindowLimiter,
-    sync.SlidingWindowCounterLimiter,
-    sync.TokenBucketLimiter,
-)
+OURS = tuple(a.limiter_class("sync") for a in algorithms.ALGORITHMS)  # the registry's order
 SYNC = "sync "
 
 

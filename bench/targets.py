@@ -479,7 +479,7 @@ def _memory_rows(memory: dict[str, Any], storage: str) -> dict[int, dict[str, An
     return {
         r["limit"]: r
         for r in memory["rows"]
-        if r["algorithm"] == "log" and r.get("storage") == storage
+        if algorithms.get(r["algorithm"]).state_per_unit and r.get("storage") == storage
     }
 
 

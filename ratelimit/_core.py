@@ -76,7 +76,7 @@ class LimiterBase(Policy):
         )
         # The script carries this limiter's options as constants (see scripts.py); a
         # real Redis gets it behind the shebang.
-        constants = scripts.constants(self)
+        constants = self.algorithm.constants(self)
         self._script = self._client_for_script(redis).register_script(
             scripts.for_client(self.algorithm.script, redis, constants)
         )
@@ -84,7 +84,7 @@ class LimiterBase(Policy):
         # host's clock directly.
         self._client = self._script.registered_client
         self._host_clock = self.clock is clocks.DEFAULT
-        self._opener = scripts.opener(self)
+        self._opener = self.algorithm.opener(self)
         # The radixes of a one-integer reply (lua/epilogue.lua).
         self._limit_base, self._retry_base = constants["L1"], constants["R"]
         self._wait = self._wait_command() if self.wait_replicas else None

@@ -8,28 +8,45 @@
 
 Each `Algorithm` names its tag in Redis keys, its label in tables and figures, its Lua
 script, whether it is exact, whether the near-cache may answer for it, and how many
-Redis commands its script issues per check. The limiter classes carry the same name in
-`ratelimit` (asyncio), `ratelimit.sync` and the lab's reference models
-(`ratelimit.lab.reference`), so `limiter_class` finds any of the three, and `build`
-makes one (the log in the storage its entry names).
+Redis commands its script issues per check; and it carries what differs from one
+algorithm to the next: the constants its script reads (`constants`), the state a key
+that holds nothing takes (`opener`), and what the rate-limit headers' `t` is for it
+(`effective_window_ms`). Nothing else in the library asks which algorithm it has.
+
+The limiter classes carry the same name in `ratelimit` (asyncio) and `ratelimit.sync`,
+so `limiter_class` finds either, and `build` makes one (the log in the storage its
+entry names). Code outside the library gives an algorithm more parts with `register`:
+the lab registers its in-memory reference models (part "reference", which
+`limiter_class("reference")` returns) and its compiled replay kernels ("replay").
 """
 
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import validation
+from .scripts import Constant
 
 Kind = Literal["async", "sync", "reference"]
 
-_MODULES: dict[str, str] = {
-    "async": "ratelimit.limiters",
-    "sync": "ratelimit.sync",
-    "reference": "ratelimit.lab.reference",  # needs the lab's extra (numpy, pandas)
-}
+# The library's own limiter modules; any other kind is a part someone registered.
+_MODULES: dict[str, str] = {"async": ".limiters", "sync": ".sync"}
+_REGISTERED_KINDS = ("reference",)
+
+# Parts registered from outside the library: (part, algorithm tag) -> the part.
+_PARTS: dict[tuple[str, str], Any] = {}
+
+Opener = Callable[[int, int], bytes]
+
+# 2^53: integers up to it are exact in a Lua number (a double).
+EXACT = 9007199254740992
+
+# The compact log's 6-byte times are offset by 2^47 (lua/compact_log.lua).
+COMPACT_OFFSET = 2**47
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +62,9 @@ class ScriptCommands:
 
 @dataclass(frozen=True, slots=True)
 class Algorithm:
+    """One algorithm: its facts (the fields) and its behaviour (the methods, which each
+    algorithm's subclass overrides where it differs)."""
+
     name: str  # tag in Redis keys, so two algorithms on one prefix never share a key
     label: str  # how tables and figures name it
     script: str  # file stem under ratelimit/lua/
@@ -62,6 +82,50 @@ class Algorithm:
     ttl_windows: int = 1
     # The sliding log's `storage=` option that selects this entry (None: not a log).
     storage: str | None = None
+    # Whether a key holds one entry per admitted unit in its window (its size grows
+    # with the limit) rather than a few numbers whatever the limit.
+    state_per_unit: bool = False
+    # Options its limiters take besides the ones every limiter takes (see policy.py).
+    extra_options: tuple[str, ...] = ()
+
+    # -- what the script needs
+
+    def constants(self, policy: Any) -> dict[str, Constant]:
+        """What the script reads as constants for `policy` (see lua/prelude.lua and the
+        algorithm's own file): the shared ones, then the algorithm's."""
+        window = policy.window_ms
+        out: dict[str, Constant] = {
+            "window": window,
+            "limit": policy.limit,
+            "ttl_slack": policy.ttl_slack_ms,
+            # Text: Redis would format a number argument with %.17g, costly per call.
+            "ttl": str(policy.state_ttl_ms() + policy.ttl_slack_ms),
+            "L1": policy.max_remaining() + 1,  # radixes of the one-integer reply
+            "R": 2 * window + 1,
+        }
+        out.update(self._own_constants(policy))
+        return out
+
+    def _own_constants(self, policy: Any) -> dict[str, Constant]:
+        return {}
+
+    def opener(self, policy: Any) -> Opener | None:
+        """`open(now_ms, cost)`: ARGV[3] of a check sent at `now_ms`, the state a key
+        that holds nothing (or only state that has aged out) takes when the check is
+        admitted; built once per limiter, called on every check. None when the script
+        works the new state out itself."""
+        return None
+
+    # -- what the headers say
+
+    def effective_window_ms(self, policy: Any, decision: Any) -> int | None:
+        """For an admitted `decision` of a limiter with `policy`: how long the client
+        can use no more than the units it has left (the draft's `t`, see
+        ratelimit.http); None when this algorithm's state does not say when its
+        first unit is back."""
+        return None
+
+    # -- limiters and registered parts
 
     def build(self, kind: Kind, *args: Any, **options: Any) -> Any:
         """A limiter of this algorithm: `limiter_class(kind)(*args, **options)`, with the
@@ -72,10 +136,109 @@ class Algorithm:
 
     def limiter_class(self, kind: Kind = "async") -> type[Any]:
         """This algorithm's limiter: "async" (`ratelimit`), "sync" (`ratelimit.sync`) or
-        "reference" (the in-memory model in `ratelimit.lab.reference`)."""
-        if kind not in _MODULES:
-            raise ValueError(f"kind must be one of {sorted(_MODULES)}, got {kind!r}")
-        return getattr(importlib.import_module(_MODULES[kind]), self.class_name)
+        "reference" (the lab's in-memory model, once the lab has registered it)."""
+        if kind in _MODULES:
+            return getattr(importlib.import_module(_MODULES[kind], __package__), self.class_name)
+        if kind in _REGISTERED_KINDS:
+            return self.part(kind)  # type: ignore[no-any-return]
+        kinds = sorted([*_MODULES, *_REGISTERED_KINDS])
+        raise ValueError(f"kind must be one of {kinds}, got {kind!r}")
+
+    def part(self, part: str) -> Any:
+        """What was registered (`register`) as this algorithm's `part`; LookupError,
+        naming who registers it, when nothing was."""
+        found = _PARTS.get((part, self.name))
+        if found is None:
+            raise LookupError(
+                f"no {part!r} is registered for algorithm {self.name!r}: the lab registers "
+                "its reference models and replay kernels when it is imported (install the "
+                "'lab' extra and import the lab first)"
+            )
+        return found
+
+
+def register(part: str, value: Any, *entries: Algorithm) -> None:
+    """Make `value` the `part` of each algorithm in `entries` (`Algorithm.part`). The
+    lab registers its reference models ("reference") and replay kernels ("replay")."""
+    for entry in entries:
+        _PARTS[part, get(entry).name] = value
+
+
+# -- each algorithm's behaviour -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingLog(Algorithm):
+    """The log in a sorted set: its new entries are members, not one value, so the
+    script writes them itself (no opener)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactLog(Algorithm):
+    """The log in a hash of 6-byte times (lua/compact_log.lua)."""
+
+    def opener(self, policy: Any) -> Opener | None:
+        # The header of a new log: s (entries ever written) = cost, b = 0, o = now.
+        zero = (0).to_bytes(6, "big")
+
+        def log_header(now: int, cost: int) -> bytes:
+            if not 0 <= now + COMPACT_OFFSET < 2 * COMPACT_OFFSET:
+                return b""  # out of the 6-byte range: the script works it out
+            return cost.to_bytes(6, "big") + zero + (now + COMPACT_OFFSET).to_bytes(6, "big")
+
+        return log_header
+
+
+@dataclass(frozen=True, slots=True)
+class FixedWindow(Algorithm):
+    """One count per calendar window, packed with the window's number into one integer
+    (lua/fixed_window.lua): M = 2 * limit + 1 counts per window number, P numbers."""
+
+    def _own_constants(self, policy: Any) -> dict[str, Constant]:
+        m = 2 * policy.limit + 1
+        return {"M": m, "P": EXACT // m}
+
+    def opener(self, policy: Any) -> Opener | None:
+        window = policy.window_ms
+        m = 2 * policy.limit + 1
+        p = EXACT // m
+        return lambda now, cost: b"%d" % (now // window % p * m + cost)
+
+    def effective_window_ms(self, policy: Any, decision: Any) -> int | None:
+        return decision.reset_after_ms  # the whole budget comes back when the window ends
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindowCounter(Algorithm):
+    """This window's count and the previous one's, as "w:c:p"."""
+
+    def opener(self, policy: Any) -> Opener | None:
+        window = policy.window_ms
+        return lambda now, cost: b"%d:%d:0" % (now // window, cost)
+
+
+@dataclass(frozen=True, slots=True)
+class Gcra(Algorithm):
+    """The theoretical arrival time (TAT), a Lua number: one unit every window / limit,
+    `burst` of them at once."""
+
+    def _own_constants(self, policy: Any) -> dict[str, Constant]:
+        interval = policy.window_ms / policy.limit
+        return {"burst": policy.burst, "interval": interval, "tolerance": interval * policy.burst}
+
+    def opener(self, policy: Any) -> Opener | None:
+        interval = policy.window_ms / policy.limit
+        # The same double the script computes (tat + interval * cost, tat = now), as
+        # text that reads back exactly; %.17g, as Redis writes a Lua number, so that a
+        # whole TAT is stored as an integer (88 bytes a key, not 120).
+        return lambda now, cost: b"%.17g" % (now + interval * cost)
+
+    def effective_window_ms(self, policy: Any, decision: Any) -> int | None:
+        # One unit every window / limit; the bucket is full after burst - remaining of
+        # them, so the next is due that many intervals, less one, before it is full.
+        interval = policy.window_ms / policy.limit
+        units_to_full = policy.burst - decision.remaining
+        return math.ceil(decision.reset_after_ms - (units_to_full - 1) * interval)
 
 
 # The log stores one member per unit of cost; its script has 2^23 member slots, and a
@@ -98,29 +261,34 @@ SLIDING_LOG_MAX_LIMIT = 1_000_000
 # The log's ZADD NX is repeated when its probe hits a taken member slot: rare (at most
 # 10**6 members in 2**23 slots), and not counted.
 # Tag, label, Lua script, limiter class; exactness; commands per check as (admit, per
-# extra unit of cost, reject, opening a key); near-cache rule; largest limit.
-SLIDING_LOG = Algorithm("log", "sliding log", "sliding_log", "SlidingWindowLimiter",
-                        exact=True, commands=ScriptCommands(5, 1, 3, 5), near_cache="same cost",
-                        max_limit=SLIDING_LOG_MAX_LIMIT, storage="sorted-set")  # fmt: skip
-FIXED_WINDOW = Algorithm("fw", "fixed window", "fixed_window", "FixedWindowLimiter",
-                         exact=False, commands=ScriptCommands(2, 0, 1, 1),
-                         near_cache="same or larger cost",
-                         check_range=validation.fixed_window_range)  # fmt: skip
-SLIDING_WINDOW_COUNTER = Algorithm("swc", "sliding-window counter", "sliding_window_counter",
-                                   "SlidingWindowCounterLimiter", exact=False,
-                                   commands=ScriptCommands(2, 0, 1, 1),
-                                   ttl_windows=2)  # fmt: skip
-GCRA = Algorithm("gcra", "GCRA (token bucket)", "gcra", "TokenBucketLimiter",
-                 exact=False, commands=ScriptCommands(2, 0, 1, 1))  # fmt: skip
+# extra unit of cost, reject, opening a key); near-cache rule; largest limit; whether
+# a key grows with the units it holds; the options only its limiters take.
+SLIDING_LOG = SlidingLog("log", "sliding log", "sliding_log", "SlidingWindowLimiter",
+                         exact=True, commands=ScriptCommands(5, 1, 3, 5), near_cache="same cost",
+                         max_limit=SLIDING_LOG_MAX_LIMIT, storage="sorted-set",
+                         state_per_unit=True, extra_options=("storage",))  # fmt: skip
+FIXED_WINDOW = FixedWindow("fw", "fixed window", "fixed_window", "FixedWindowLimiter",
+                           exact=False, commands=ScriptCommands(2, 0, 1, 1),
+                           near_cache="same or larger cost",
+                           check_range=validation.fixed_window_range)  # fmt: skip
+SLIDING_WINDOW_COUNTER = SlidingWindowCounter("swc", "sliding-window counter",
+                                              "sliding_window_counter",
+                                              "SlidingWindowCounterLimiter", exact=False,
+                                              commands=ScriptCommands(2, 0, 1, 1),
+                                              ttl_windows=2)  # fmt: skip
+GCRA = Gcra("gcra", "GCRA (token bucket)", "gcra", "TokenBucketLimiter",
+            exact=False, commands=ScriptCommands(2, 0, 1, 1),
+            extra_options=("burst",))  # fmt: skip
 
 ALGORITHMS: tuple[Algorithm, ...] = (SLIDING_LOG, FIXED_WINDOW, SLIDING_WINDOW_COUNTER, GCRA)
 NAMES: tuple[str, ...] = tuple(a.name for a in ALGORITHMS)
 
 # The sliding log kept compactly (lua/compact_log.lua): the same decisions as
 # SLIDING_LOG, about 6 bytes per admitted unit instead of a sorted-set member.
-COMPACT_LOG = Algorithm("logc", "sliding log (compact)", "compact_log", "SlidingWindowLimiter",
-                        exact=True, commands=ScriptCommands(3, 0, 1, 3), near_cache="same cost",
-                        max_limit=SLIDING_LOG_MAX_LIMIT, storage="compact")  # fmt: skip
+COMPACT_LOG = CompactLog("logc", "sliding log (compact)", "compact_log", "SlidingWindowLimiter",
+                         exact=True, commands=ScriptCommands(3, 0, 1, 3), near_cache="same cost",
+                         max_limit=SLIDING_LOG_MAX_LIMIT, storage="compact",
+                         state_per_unit=True, extra_options=("storage",))  # fmt: skip
 # Where `SlidingWindowLimiter(..., storage=...)` keeps its log.
 LOG_STORAGES: dict[str, Algorithm] = {"sorted-set": SLIDING_LOG, "compact": COMPACT_LOG}
 DEFAULT_LOG_STORAGE = "compact"

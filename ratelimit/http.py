@@ -443,16 +443,8 @@ class RateLimit:
         has left, when the decision says (see the module doc); None when it does not."""
         if not decision.allowed:
             return decision.retry_after_ms
-        name = getattr(getattr(self.limiter, "algorithm", None), "name", None)
-        if name == "fw":  # the whole budget comes back when the window ends
-            return decision.reset_after_ms
-        if name == "gcra":  # one unit every window / limit; the bucket is full after
-            # burst - remaining of them, so the next is due that many intervals, less one,
-            # before it is full
-            interval = self.limiter.window_ms / self.limiter.limit
-            units_to_full = self.limiter.burst - decision.remaining
-            return math.ceil(decision.reset_after_ms - (units_to_full - 1) * interval)
-        return None  # the log and the counter do not say when their first unit is back
+        algorithm = getattr(self.limiter, "algorithm", None)
+        return None if algorithm is None else algorithm.effective_window_ms(self.limiter, decision)
 
     def headers_for(self, decision: Decision) -> dict[str, str]:
         """The rate-limit header fields for a decision (Retry-After when rejected)."""

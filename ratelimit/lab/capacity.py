@@ -174,7 +174,8 @@ def bytes_per_key(
     sides of the listpack threshold, so the step there is kept); beyond the largest
     row a log key grows at that row's bytes per member and an O(1) key stays as it is.
     """
-    algorithm = algorithms.get(algorithm).name
+    spec = algorithms.get(algorithm)
+    algorithm = spec.name
     entries = validation.number("entries", entries)
     if entries < 1:
         raise ValueError(f"entries must be >= 1 (an empty key does not exist), got {entries!r}")
@@ -182,7 +183,7 @@ def bytes_per_key(
     missing = [c for c in columns if c not in getattr(table, "columns", ())]
     if missing:
         raise ValueError(f"table must be a memory_table; it lacks {', '.join(missing)}")
-    fmt = member_format if algorithm == "log" else ""
+    fmt = member_format if spec.state_per_unit else ""
     rows = table[(table["algorithm"] == algorithm) & (table["member_format"] == fmt)]
     if rows.empty:
         label = f"{algorithm} ({fmt})" if fmt else algorithm
@@ -191,7 +192,7 @@ def bytes_per_key(
     xs = [float(x) for x in rows["entries"]]
     ys = [float(y) for y in rows["bytes_per_key"]]
     if entries >= xs[-1]:
-        return ys[-1] * entries / xs[-1] if algorithm == "log" else ys[-1]
+        return ys[-1] * entries / xs[-1] if spec.state_per_unit else ys[-1]
     if entries <= xs[0]:
         return ys[0]
     i = bisect_right(xs, entries)  # xs[i - 1] <= entries < xs[i]
@@ -456,9 +457,10 @@ def scenario_bytes_per_key(
 ) -> float:
     """`MEMORY USAGE` of one key of `algorithm` at `scenario`'s peak, averaged over the
     keys: a log key at the members each rate class puts in it, an O(1) key at `limit`."""
-    name = algorithms.get(algorithm).name
+    spec = algorithms.get(algorithm)
+    name = spec.name
     limit = validation.count("limit", limit)
-    if name != "log":
+    if not spec.state_per_unit:
         return bytes_per_key(table, name, limit)
     return sum(
         share * bytes_per_key(table, name, members, member_format=member_format)

@@ -62,7 +62,7 @@ The Redis plan of a candidate:
 
 Memory: besides the reader's chunk, one small record per identity (its code, counts,
 last request) per candidate, plus each replayer's state and the admitted stamps of
-each identity's last window (and the `fastreplay.WindowPeaks` reorder margin): it
+each identity's last window (and the `windowpeaks.WindowPeaks` reorder margin): it
 grows with the identities and with what one window holds, never with the log's length.
 
 JSON document (`LogPlan.to_dict()`, `plan --json OUT`); the field names of each
@@ -646,7 +646,7 @@ class _Candidate:
     algorithm: str
     lifetime_ms: int  # how long a key outlives its last write
     replayer: Any  # fastreplay.Replayer
-    peaks: Any  # fastreplay.WindowPeaks over admitted cost
+    peaks: Any  # windowpeaks.WindowPeaks over admitted cost
     rejected: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     refused: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
@@ -707,7 +707,7 @@ def plan_trace(
     `choose_server_time` would make; `describe()`, called once the chunks are read,
     gives what the trace cannot tell (`path`, `example`, `format`, `identity_field`,
     `problems`)."""
-    from . import fastreplay
+    from . import fastreplay, windowpeaks
 
     candidates = _candidates(limits, algorithms)
     top = validation.count("top", top, minimum=0)
@@ -719,7 +719,7 @@ def plan_trace(
     table, table_name = _memory_table(memory_table)
     fits_of = sorted({c.limit for c in candidates})
     live = {(c.lifetime_ms, c.limit): _LiveKeys(c.lifetime_ms) for c in candidates}
-    checks = {limit: fastreplay.WindowPeaks(_CHECK_WINDOW_MS) for limit in fits_of}
+    checks = {limit: windowpeaks.WindowPeaks(_CHECK_WINDOW_MS) for limit in fits_of}
 
     codes_of = fastreplay.Codes()
     requests = np.zeros(0, dtype=np.int64)
@@ -788,7 +788,7 @@ def plan_trace(
 
 def _candidates(limits: Sequence[Any], algorithms: Sequence[str]) -> list[_Candidate]:
     """One `_Candidate` per distinct limit and algorithm, in the order given."""
-    from . import fastreplay
+    from . import fastreplay, windowpeaks
 
     names = list(dict.fromkeys(registry.get(a).name for a in algorithms))
     if not names:
@@ -809,7 +809,7 @@ def _candidates(limits: Sequence[Any], algorithms: Sequence[str]) -> list[_Candi
                 replayer = fastreplay.Replayer.for_model(model)
             except ValueError as exc:
                 raise ValueError(f"limit {text!r} with algorithm {name!r}: {exc}") from None
-            peaks = fastreplay.WindowPeaks(window_ms)
+            peaks = windowpeaks.WindowPeaks(window_ms)
             candidates.append(
                 _Candidate(text, limit, window_ms, name, model.state_ttl_ms(), replayer, peaks)
             )

@@ -27,9 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ratelimit import algorithms
+
 WIDGET_TAG = "explore-widget"
 
-COLORS = {"log": "tab:blue", "fw": "tab:orange", "swc": "tab:green", "gcra": "tab:purple"}
+# Handed out in the registry's order, so an algorithm added there gets the next one.
+PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:olive")
+COLORS = dict(zip(algorithms.NAMES, PALETTE, strict=False))
 """Each algorithm's colour, by its tag (`ratelimit.algorithms`)."""
 GALLERY_DIR = Path("figures")  # beside the notebooks, which run in their own folder
 

@@ -11,6 +11,7 @@ import ratelimit
 import ratelimit.sync
 from ratelimit import algorithms
 from ratelimit.clock import ManualClock
+from ratelimit.lab import reference  # noqa: F401  (registers the models: kind "reference")
 
 KINDS = ["async", "sync", "reference"]
 OPTIONS = {

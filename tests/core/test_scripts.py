@@ -1,5 +1,5 @@
 """Each limiter's script carries its options as constants, and the client works out the
-state a new key takes (`ratelimit/scripts.py`): held here to what the script itself
+state a new key takes (`ratelimit/algorithms.py`): held here to what the script itself
 computes, on fakeredis and a real Redis."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_the_client_works_out_what_the_script_would(name, window_ms, limit, now,
         return
     cost = data.draw(st.integers(1, lim._max_cost))
     sent = lim.script_args(now, cost)[2]
-    code = scripts.header(scripts.constants(lim)) + PRELUDE + LUA_OPENING[name]
+    code = scripts.header(lim.algorithm.constants(lim)) + PRELUDE + LUA_OPENING[name]
     # The same number (the same double, for GCRA), or the same text.
     assert lim.redis.eval(code, 0, now, cost, sent) == b"true", (sent, now, cost)
 

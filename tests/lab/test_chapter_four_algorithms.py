@@ -130,7 +130,7 @@ def test_the_figure_draws_the_stored_state_and_the_decisions():
     for ax, algorithm in zip(fig.axes, fa.ORDER, strict=True):
         held = fa.stored(algorithm.name)
         lines = {line.get_label(): line for line in ax.get_lines()}
-        main = fa._PANEL[algorithm.name]
+        main = fa._READINGS[algorithm].main
         assert np.array_equal(lines[main].get_ydata(), held[main].to_numpy())
         admitted, rejected = (c.get_offsets() for c in ax.collections[:2])
         decided = fa.decisions(algorithm.name)

@@ -1,5 +1,5 @@
 """The explore helpers: sliders start at the figure function's defaults and redraw it;
-gallery files are written only when the main job asks."""
+gallery files are written only when the main job asks; every algorithm has a colour."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ratelimit.lab.plotting import explorer, save_for_gallery  # noqa: E402
+from ratelimit import algorithms  # noqa: E402
+from ratelimit.lab.plotting import COLORS, PALETTE, explorer, save_for_gallery  # noqa: E402
+
+
+def test_every_registered_algorithm_has_a_colour_of_its_own():
+    assert list(COLORS) == list(algorithms.NAMES)
+    assert len(set(COLORS.values())) == len(COLORS)
+    assert len(PALETTE) > len(algorithms.NAMES)  # room for one more
+    assert COLORS[algorithms.SLIDING_LOG.name] == "tab:blue"  # the book's figures keep theirs
 
 
 def test_sliders_start_at_the_defaults_and_redraw():

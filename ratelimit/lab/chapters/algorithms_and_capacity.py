@@ -21,7 +21,7 @@ its records (`ratelimit.lab.records`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -240,7 +240,8 @@ def peak_records(worst_peak: pd.Series) -> list[Finding]:
     the log (`worst_peak` indexed by tag), as `Finding`s to record."""
     return [
         (f"peak_{a}", worst_peak[a], ".1f", f"{LABELS[a]}: worst rolling-second peak / limit")
-        for a in ("fw", "swc", "gcra")
+        for a in algorithms.NAMES
+        if a != _LOG.name
     ]
 
 
@@ -279,29 +280,57 @@ def _window_sums(
 def contract_measure(algorithm: str, decided: pd.DataFrame, limit: int, window_s: int) -> float:
     """The most an algorithm's admissions reach of its own contract's bound (1.0 = at
     the bound; above it = broken), over every identity of a replay (`CONTRACTS`)."""
-    name = algorithms.get(algorithm).name
+    measure = _CONTRACT_MEASURES[algorithms.get(algorithm)]
     codes, ms, cost = _sorted_admitted(decided)
     if not len(ms):
         return 0.0
-    window = int(seconds_to_ms(window_s)[0])
-    if name == "log":  # rolling window (t - W, t]
-        return float(_window_sums(codes, ms, cost, ms - window + 1).max()) / limit
-    if name == "fw":
-        return float(_window_sums(codes, ms, cost, (ms // window) * window).max()) / limit
-    if name == "swc":
-        start = (ms // window) * window
-        current = _window_sums(codes, ms, cost, start)
-        both = _window_sums(codes, ms, cost, start - window)
-        previous = both - current
-        estimate = previous * ((window - (ms - start)) / window) + current
-        return float(estimate.max()) / limit
-    # GCRA: admitted cost from row j to row i <= burst + (t_i - t_j) / interval
+    return measure(codes, ms, cost, limit, int(seconds_to_ms(window_s)[0]))
+
+
+def _log_contract(
+    codes: np.ndarray, ms: np.ndarray, cost: np.ndarray, limit: int, window: int
+) -> float:
+    # rolling window (t - W, t]
+    return float(_window_sums(codes, ms, cost, ms - window + 1).max()) / limit
+
+
+def _fixed_window_contract(
+    codes: np.ndarray, ms: np.ndarray, cost: np.ndarray, limit: int, window: int
+) -> float:
+    return float(_window_sums(codes, ms, cost, (ms // window) * window).max()) / limit
+
+
+def _counter_contract(
+    codes: np.ndarray, ms: np.ndarray, cost: np.ndarray, limit: int, window: int
+) -> float:
+    start = (ms // window) * window
+    current = _window_sums(codes, ms, cost, start)
+    both = _window_sums(codes, ms, cost, start - window)
+    previous = both - current
+    estimate = previous * ((window - (ms - start)) / window) + current
+    return float(estimate.max()) / limit
+
+
+def _gcra_contract(
+    codes: np.ndarray, ms: np.ndarray, cost: np.ndarray, limit: int, window: int
+) -> float:
+    # admitted cost from row j to row i <= burst + (t_i - t_j) / interval
     interval, burst = window / limit, limit
     total = np.concatenate([[0], np.cumsum(cost)])
     before = total[:-1] - ms / interval  # S_{j-1} - t_j / T
     lowest = pd.Series(before).groupby(codes).cummin().to_numpy()
     excess = total[1:] - ms / interval - lowest
     return float(excess.max()) / burst
+
+
+# Each algorithm's contract (`CONTRACTS`) as a measure of its admissions.
+_CONTRACT_MEASURES: Mapping[algorithms.Algorithm, Callable[..., float]] = {
+    algorithms.SLIDING_LOG: _log_contract,
+    algorithms.COMPACT_LOG: _log_contract,
+    algorithms.FIXED_WINDOW: _fixed_window_contract,
+    algorithms.SLIDING_WINDOW_COUNTER: _counter_contract,
+    algorithms.GCRA: _gcra_contract,
+}
 
 
 def contracts(

@@ -211,7 +211,7 @@ def span(values: Iterable[float], fmt: str = ",") -> str:
 
 
 Finding = tuple[str, Any, str, str]  # (record name, value, format, what it is)
-_O1 = ("fw", "swc", "gcra")
+_O1 = tuple(a.name for a in algorithms.ALGORITHMS if not a.state_per_unit)
 
 
 def findings(
@@ -403,7 +403,9 @@ def figure(
                 ).shards
 
             here = shards_at(keys)
-            style = {"linewidth": 2.5} if a == "log" else {"linewidth": 1.5, "alpha": 0.85}
+            # The log, whose keys grow with the limit, drawn bolder.
+            bold = algorithms.get(a).state_per_unit
+            style = {"linewidth": 2.5} if bold else {"linewidth": 1.5, "alpha": 0.85}
             label = shards_label(a, here)
             ax.step(
                 _KEYS_AXIS,

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -102,8 +104,9 @@ def trace(
 
 
 def _model(tag: str, limit: int, window_s: int, burst: int | None) -> Any:
-    options = {"burst": burst} if tag == "gcra" else {}
-    return algorithms.get(tag).build("reference", window_s, limit, **options)
+    algorithm = algorithms.get(tag)
+    options = {"burst": burst} if "burst" in algorithm.extra_options else {}
+    return algorithm.build("reference", window_s, limit, **options)
 
 
 def decisions(
@@ -126,20 +129,49 @@ def decisions(
     return pd.DataFrame(rows)
 
 
-def _read(tag: str, state: Any, t: int, limit: int, window_ms: int, burst: int) -> dict:
-    """What the key's `state` means at time `t` (ms), if nothing more is admitted."""
-    if tag == "log":  # stamps in (t - W, t]
-        return {"in the window": sum(1 for s in state if s > t - window_ms)}
+# What each algorithm's key holds, read at time t (ms) if nothing more is admitted: one
+# function per algorithm, (state, t, limit, window_ms, burst) -> the figure's columns.
+
+
+def _read_log(state: Any, t: int, limit: int, window_ms: int, burst: int) -> dict:
+    return {"in the window": sum(1 for s in state if s > t - window_ms)}  # stamps in (t - W, t]
+
+
+def _read_fixed_window(state: Any, t: int, limit: int, window_ms: int, burst: int) -> dict:
+    # (window number, count): the count is this window's only
+    return {"count": state[1] if state[0] == math.floor(t / window_ms) else 0}
+
+
+def _read_counter(state: Any, t: int, limit: int, window_ms: int, burst: int) -> dict:
     number = math.floor(t / window_ms)
-    if tag == "fw":  # (window number, count): the count is this window's only
-        return {"count": state[1] if state[0] == number else 0}
-    if tag == "swc":  # (w, c, p)
-        w, c, p = state
-        cur, prev = (c, p) if w == number else (0, c) if w == number - 1 else (0, 0)
-        estimate = prev * ((window_ms - (t - number * window_ms)) / window_ms) + cur
-        return {"previous": prev, "current": cur, "estimate": estimate}
-    interval = window_ms / limit  # gcra: the TAT, a float
+    w, c, p = state
+    cur, prev = (c, p) if w == number else (0, c) if w == number - 1 else (0, 0)
+    estimate = prev * ((window_ms - (t - number * window_ms)) / window_ms) + cur
+    return {"previous": prev, "current": cur, "estimate": estimate}
+
+
+def _read_gcra(state: Any, t: int, limit: int, window_ms: int, burst: int) -> dict:
+    interval = window_ms / limit  # the TAT, a float
     return {"TAT - t (ms)": max(state - t, 0.0), "tau - T (ms)": interval * (burst - 1)}
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How the chapter reads and draws what one algorithm's key holds."""
+
+    read: Callable[[Any, int, int, int, int], dict]
+    empty: Any  # the model's state for a client it has not seen
+    main: str  # the column drawn in the algorithm's colour, against the ceiling
+    ceiling: str | None = None  # the column holding the ceiling (None: the limit)
+    unit: str = "units"
+
+
+_READINGS: Mapping[algorithms.Algorithm, _Reading] = {
+    algorithms.SLIDING_LOG: _Reading(_read_log, [], "in the window"),
+    algorithms.FIXED_WINDOW: _Reading(_read_fixed_window, (None, 0), "count"),
+    algorithms.SLIDING_WINDOW_COUNTER: _Reading(_read_counter, (None, 0, 0), "estimate"),
+    algorithms.GCRA: _Reading(_read_gcra, -math.inf, "TAT - t (ms)", "tau - T (ms)", "ms"),
+}
 
 
 def stored(
@@ -158,9 +190,11 @@ def stored(
     grid = np.arange(0, end + 1)
     after = np.searchsorted(decided.ms.to_numpy(), grid, side="right") - 1
     burst = limit if burst is None else burst
-    empty = {"log": [], "fw": (None, 0), "swc": (None, 0, 0), "gcra": -math.inf}[tag]
+    reading = _READINGS[algorithms.get(tag)]
     rows = [
-        _read(tag, decided.state.iloc[i] if i >= 0 else empty, int(t), limit, window_ms, burst)
+        reading.read(
+            decided.state.iloc[i] if i >= 0 else reading.empty, int(t), limit, window_ms, burst
+        )
         for t, i in zip(grid, after, strict=True)
     ]
     return pd.DataFrame(rows, index=pd.Index(grid, name="t (ms)"))
@@ -241,8 +275,8 @@ def costs_table(limits: tuple[int, ...] = COST_LIMITS) -> pd.DataFrame:
     `limits` (chapter 3's table) and the Redis commands its script issues per check
     (the registry's counts; `clock="redis"` adds a TIME to each)."""
     table = memory_table()
-    entries = [(a, a.name, "script" if a.name == "log" else "") for a in ORDER]
-    entries.insert(1, (algorithms.COMPACT_LOG, "log", "compact"))
+    entries = [(a, a.name, "script" if a.state_per_unit else "") for a in ORDER]
+    entries.insert(1, (algorithms.COMPACT_LOG, algorithms.SLIDING_LOG.name, "compact"))
     rows = []
     for algorithm, tag, member_format in entries:
         sizes = memory_per_key.series(table, tag, member_format).bytes_per_key
@@ -262,8 +296,6 @@ def costs_table(limits: tuple[int, ...] = COST_LIMITS) -> pd.DataFrame:
 
 # --- the figure -------------------------------------------------------------------------
 
-_PANEL = {"log": "in the window", "fw": "count", "swc": "estimate", "gcra": "TAT - t (ms)"}
-
 
 def figure(
     limit: int = LIMIT,
@@ -277,22 +309,24 @@ def figure(
     fig, axes = plt.subplots(len(ORDER), 1, figsize=(12, 11), sharex=True)
     window_ms = window_s * 1000
     for ax, algorithm in zip(axes, ORDER, strict=True):
-        tag, color = algorithm.name, COLORS[algorithm.name]
+        tag, color, reading = algorithm.name, COLORS[algorithm.name], _READINGS[algorithm]
         held = stored(tag, limit, window_s, burst=burst, **trace_options)
         decided = decisions(tag, limit, window_s, burst=burst, **trace_options)
-        if tag == "gcra":
-            ceiling = held["tau - T (ms)"].iloc[0]
-            label = f"tau - T ({ceiling:g} ms): cost 1 is rejected above it"
+        if reading.ceiling is not None:
+            ceiling = held[reading.ceiling].iloc[0]
+            name = reading.ceiling.removesuffix(" (ms)")
+            label = f"{name} ({ceiling:g} ms): cost 1 is rejected above it"
         else:
             ceiling, label = limit, f"limit ({limit}): cost 1 is rejected at or above it"
         for column in held:
-            if column == "tau - T (ms)":
+            if column == reading.ceiling:
                 continue
-            style = {"linewidth": 2} if column == _PANEL[tag] else {"linewidth": 1, "alpha": 0.6}
+            main = column == reading.main
+            style = {"linewidth": 2} if main else {"linewidth": 1, "alpha": 0.6}
             ax.plot(
                 held.index,
                 held[column],
-                color=color if column == _PANEL[tag] else None,
+                color=color if main else None,
                 label=column,
                 **style,
             )
@@ -311,7 +345,7 @@ def figure(
         for b in range(0, int(held.index[-1]) + 1, window_ms):
             ax.axvline(b, color="0.75", linestyle="--", linewidth=0.8)
         ax.set_ylim(0, top * 1.15)
-        ax.set_ylabel("ms" if tag == "gcra" else "units")
+        ax.set_ylabel(reading.unit)
         ax.set_title(f"{algorithm.label}: {int(ok.sum())} of {len(ok)} admitted", fontsize=10)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     axes[-1].set_xlim(max(int(decided.ms.iloc[0]) - 200, 0), held.index[-1])

@@ -7,8 +7,12 @@ Same class names, options and `Decision`s as the Redis limiters, minus the clien
     limiter.check("alice")
 
 Each model mirrors the Lua script of the same name in `ratelimit/lua/`; the
-property tests hold them to identical decisions.
+property tests hold them to identical decisions. Importing this package (as any lab
+module does) registers each model with its algorithm, where
+`ratelimit.algorithms.get(tag).limiter_class("reference")` finds it.
 """
+
+from ratelimit import algorithms
 
 from .base import ReferenceLimiter
 from .fixed_window import FixedWindowLimiter
@@ -23,3 +27,9 @@ __all__ = [
     "SlidingWindowLimiter",
     "TokenBucketLimiter",
 ]
+
+algorithms.register("reference", FixedWindowLimiter, algorithms.FIXED_WINDOW)
+algorithms.register("reference", SlidingWindowCounterLimiter, algorithms.SLIDING_WINDOW_COUNTER)
+algorithms.register("reference", TokenBucketLimiter, algorithms.GCRA)
+# One model for the log in either storage: they decide alike.
+algorithms.register("reference", SlidingWindowLimiter, *algorithms.LOG_STORAGES.values())
