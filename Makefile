@@ -124,7 +124,7 @@ ifneq ($(CHAPTERS),)
 	  --ExecutePreprocessor.timeout=600 $(CHAPTERS)
 	$(VPY) tools/strip_widget_state.py $(CHAPTERS)
 endif
-	$(if $(filter 0,$(RENDER_README)),,$(VPY) -m ratelimit.lab.records README.md)
+	$(if $(filter 0,$(RENDER_README)),,$(VPY) -m ratelimit.lab.readme README.md)
 
 # run: execute every chapter from a clean kernel into $(EXECUTED_DIR)/ (two at a time), then build
 # the book from those copies into $(REPORT_DIR)/ (sources assembled in $(BOOK_SRC)/; tools/book.py);

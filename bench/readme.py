@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ratelimit.lab.records import between, replace_between
+from ratelimit.lab.readme import between, replace_between
 
 from . import summary
 
