@@ -58,6 +58,11 @@ within ``reorder_s`` of the newest, and one entry per distinct identity.
 Speed: Common Log Format is parsed by one compiled (numba) scan per block of bytes, and
 identities are told apart by a compiled hash table, about a million lines a second end
 to end; jsonl and csv are parsed line by line in Python, several times slower.
+
+Modules: `formats` (the formats, their field names, detection), `blocks` (the file in
+blocks of whole lines, the reorder buffer), `clf` (the compiled scan of clf and combined
+lines), `fields` (jsonl and csv values), `identities`, `problems` (bad lines and their
+reasons), `reader` (`LogReader`, `read`).
 """
 
 from .formats import FORMATS, detect_format

@@ -65,6 +65,10 @@ last request) per candidate, plus each replayer's state and the admitted stamps 
 each identity's last window (and the `fastreplay.WindowPeaks` reorder margin): it
 grows with the identities and with what one window holds, never with the log's length.
 
+Modules: `limits` (reading "100/min"), `servertime` (`choose_server_time`), `measures`
+(keys alive at once), `planning` (`plan_trace`, `plan_log`), `results` (the dataclasses
+and `SCHEMA`), `report` (`LogPlan.table`).
+
 JSON document (`LogPlan.to_dict()`, `plan --json OUT`); the field names of each
 object are listed in `SCHEMA`, one place:
 
