@@ -73,7 +73,7 @@ help:
 	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
 	@echo "make bench   run python -m bench; BENCH_ARGS=... is passed on"
 	@echo "make bench-record  copy the latest build/bench/results.json into bench/record.json and re-render README.md's benchmark tables"
-	@echo "make lint    ruff check ratelimit bench tests tools"
+	@echo "make lint    ruff check ratelimit bench tests tools, and lint-imports (the import layering)"
 	@echo "make cluster-up    start a local 3-master Redis Cluster; prints its URL, PIDs in $(CLUSTER_DIR)/state.json"
 	@echo "                   (CLUSTER_REPLICAS=1: one replica per master, attached and in sync)"
 	@echo "make cluster-down  stop exactly the PIDs cluster-up recorded and remove $(CLUSTER_DIR)/"
@@ -104,8 +104,10 @@ $(LOCK): | $(UV)
 lock: | $(UV)
 	$(UV) pip compile pyproject.toml --all-extras --python-version 3.11 -o $(LOCK) >/dev/null
 
-# test: pytest over tests/ plus the notebooks under nbval strict; "no tests collected" (exit 5) counts as success.
+# test: the import contracts (lint-imports), then pytest over tests/ plus the notebooks under nbval
+# strict; "no tests collected" (exit 5) counts as success.
 test: setup
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	@# The lab's compiled kernels (numba) are built here, once, by planning the example log: the
 	@# two test workers then load them from the cache instead of compiling beside timed tests.
 	$(VPY) -m ratelimit.lab plan --no-measure --no-progress > /dev/null 2> $(VENV)/.plan-warm-up.log \
@@ -124,7 +126,7 @@ ifneq ($(CHAPTERS),)
 	  --ExecutePreprocessor.timeout=600 $(CHAPTERS)
 	$(VPY) tools/strip_widget_state.py $(CHAPTERS)
 endif
-	$(if $(filter 0,$(RENDER_README)),,$(VPY) -m ratelimit.lab.records README.md)
+	$(if $(filter 0,$(RENDER_README)),,$(VPY) -m ratelimit.lab.readme README.md)
 
 # run: execute every chapter from a clean kernel into $(EXECUTED_DIR)/ (two at a time), then build
 # the book from those copies into $(REPORT_DIR)/ (sources assembled in $(BOOK_SRC)/; tools/book.py);
@@ -177,9 +179,10 @@ sentinel-up: setup
 sentinel-down: setup
 	$(VPY) -m ratelimit.devtools.sentinel down --dir $(SENTINEL_DIR)
 
-# lint: ruff over the library, the tests and the tools.
+# lint: ruff over the library, the tests and the tools; the import contracts (pyproject.toml).
 lint: setup
 	ruff check ratelimit bench tests tools
+	lint-imports --no-cache --no-logo
 
 # clean: remove the venv, the report and every cache.
 clean:

@@ -36,6 +36,7 @@ from . import peers as peer_mod
 from . import rounds
 from .checks import LIMIT, Identities
 from .cleanup import delete_prefix
+from .verdicts import ratio_row, skip
 
 TASKS = (1, 10, 50, 200)
 PEER_TARGET = 2.0  # ours >= 2x the best peer at these numbers of tasks
@@ -253,11 +254,9 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
       row; a FAIL row says how ours fared against every peer;
     - beside them (INFO): ours against itself unpipelined at the other numbers of tasks.
     """
-    from .targets import _ratio_row, _skip  # here: bench.targets imports this module
-
     if "per_round" not in report:
         why = report.get("skipped", "skipped: the concurrency part did not run")
-        return [_skip("auto-pipelining at 1 to 200 tasks", str(why))]
+        return [skip("auto-pipelining at 1 to 200 tasks", str(why))]
     per_round = report["per_round"]
     measured = set(report["tasks"])
     peers = list(report.get("peers", {}))
@@ -265,23 +264,23 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
 
     lone = "auto-pipelined check at 1 task vs auto_pipeline=False (a lone check is no slower)"
     if 1 in measured:
-        rows.append(_ratio_row(lone, per_round, name(OURS, 1), name(OURS_OFF, 1), LONE_TARGET))
+        rows.append(ratio_row(lone, per_round, name(OURS, 1), name(OURS_OFF, 1), LONE_TARGET))
     else:
-        rows.append(_skip(lone, "skipped: 1 task was not measured in this run"))
+        rows.append(skip(lone, "skipped: 1 task was not measured in this run"))
 
     for t in PEER_TASKS:
         label = f"auto-pipelined sliding log at {t} tasks vs the best peer"
         if t not in measured:
-            rows.append(_skip(label, f"skipped: {t} tasks were not measured in this run"))
+            rows.append(skip(label, f"skipped: {t} tasks were not measured in this run"))
             continue
         if not peers:
             reasons = "; ".join(f"{p}: {r}" for p, r in report.get("skipped", {}).items())
-            rows.append(_skip(label, f"skipped: no peer ran here ({reasons or 'none built'})"))
+            rows.append(skip(label, f"skipped: no peer ran here ({reasons or 'none built'})"))
             continue
         ours = name(OURS, t)
         ratios = {p: rounds.ratio(per_round, ours, name(peer_case(p), t)) for p in peers}
         best = min(ratios, key=ratios.__getitem__)
-        row = _ratio_row(
+        row = ratio_row(
             f"{label} ({best})", per_round, ours, name(peer_case(best), t), PEER_TARGET
         )
         if not row["pass"]:
@@ -295,7 +294,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
 
     for t in sorted(measured - {1}):
         rows.append(
-            _ratio_row(
+            ratio_row(
                 f"auto-pipelined sliding log at {t} tasks vs auto_pipeline=False",
                 per_round,
                 name(OURS, t),

@@ -26,7 +26,7 @@ import random
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from .targets import _judged, _quartiles, _skip
+from .verdicts import judged, quartiles, skip
 
 if TYPE_CHECKING:
     from ratelimit.devtools.load import LoadResult
@@ -121,9 +121,9 @@ def summarize(per_round: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         ratios = [r["limited"][f"{q}_ms"] / r["unlimited"][f"{q}_ms"] for r in per_round]
         added = [r["limited"][f"{q}_ms"] - r["unlimited"][f"{q}_ms"] for r in per_round]
         out[f"{q}_ratio"] = statistics.median(ratios)
-        out[f"{q}_ratio_quartiles"] = _quartiles(ratios)
+        out[f"{q}_ratio_quartiles"] = quartiles(ratios)
         out[f"{q}_added_ms"] = statistics.median(added)
-        out[f"{q}_added_ms_quartiles"] = _quartiles(added)
+        out[f"{q}_added_ms_quartiles"] = quartiles(added)
     return out
 
 
@@ -171,7 +171,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         "HTTP, limited route: requests answered 200",
     ]
     if "skipped" in report:
-        return [_skip(name, report["skipped"]) for name in names]
+        return [skip(name, report["skipped"]) for name in names]
     rows = []
     for q, name in zip(("p50", "p99"), names, strict=False):
         row = {
@@ -182,7 +182,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             "added_ms": report[f"{q}_added_ms"],
             "part": "http",
         }
-        rows.append(_judged(row, None))
+        rows.append(judged(row, None))
     limited = report["routes"]["limited"]["statuses"]
     sent = sum(limited.values())
     ok = limited.get("200", 0)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ratelimit import algorithms
-from ratelimit.lab.records import between, replace_between
+from ratelimit.lab.readme import between, replace_between
 
 from . import summary
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import redis
 
-from .targets import _judged, _skip
+from .verdicts import judged, skip
 
 WORKERS = 4
 CONNECTIONS = 8
@@ -235,7 +235,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One judged row per figure, after / baseline <= 1 + its tolerance, and one for
     the keys: none left once Redis's own expiry had `EXPIRY_DEADLINE_S` past the window."""
     if "skipped" in report:
-        return [_skip(name, report["skipped"]) for name in NAMES.values()]
+        return [skip(name, report["skipped"]) for name in NAMES.values()]
     rows = []
     for figure, name in NAMES.items():
         m = report["memory"][figure]
@@ -248,7 +248,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             "after": m["after"],
             "part": "soak",
         }
-        rows.append(_judged(row, 1 + report["tolerance"][figure], "<="))
+        rows.append(judged(row, 1 + report["tolerance"][figure], "<="))
     keys = report["memory"]["redis_keys"]
     row = {
         "target": f"soak: keys left in Redis after the wait (of {keys['peak']:,} at the peak)",
@@ -256,5 +256,5 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         "unit": " keys",
         "part": "soak",
     }
-    rows.append(_judged(row, 0, "<="))
+    rows.append(judged(row, 0, "<="))
     return rows

@@ -47,12 +47,12 @@ computed from the same run that say where the time or the bytes go.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from ratelimit import algorithms
 
-from . import rounds
+from . import concurrency, http_latency, rounds, soak
 from .checks import (
     ARGS_FLOOR_CASE,
     BARE_SCRIPT_CASE,
@@ -63,6 +63,7 @@ from .checks import (
 )
 from .peers import CLASSIC, COUNTERPARTS
 from .server_cost import INCR, admit, reject
+from .verdicts import best_row, judged, quartiles, ratio_row, skip
 
 EVALSHA_TARGET = 0.85
 PEER_TARGET = 1.05  # ours against the best peer of the same algorithm
@@ -97,66 +98,6 @@ def _algorithm_peers() -> dict[str, tuple[str, ...]]:
 
 
 ALGORITHM_PEERS = _algorithm_peers()
-
-
-def _quartiles(each: Sequence[float]) -> list[float]:
-    # The spread of the same-round ratios says how far to trust a pass near the line.
-    if len(each) < 2:
-        return [each[0], each[0]] if each else []
-    q1, _, q3 = statistics.quantiles(each, n=4)
-    return [q1, q3]
-
-
-def _judged(row: dict[str, Any], need: float | None, op: str = ">=") -> dict[str, Any]:
-    row = {**row, "op": op, "threshold": need}
-    if need is None:
-        return {**row, "verdict": "INFO", "pass": None}
-    ok = row["value"] >= need if op == ">=" else row["value"] <= need
-    return {**row, "verdict": "PASS" if ok else "FAIL", "pass": ok}
-
-
-def _ratios_row(
-    name: str,
-    each: Sequence[float],
-    need: float | None,
-    op: str = ">=",
-    **fields: Any,
-) -> dict[str, Any]:
-    """A row judged on the median of same-round ratios `each`."""
-    value = statistics.median(each)
-    row = {"target": name, **fields, "ratio": value, "value": value, "unit": "x"}
-    return _judged({**row, "quartiles": _quartiles(each)}, need, op)
-
-
-def _ratio_row(
-    name: str,
-    per_round: rounds.Rounds,
-    case: str,
-    base: str,
-    need: float | None,
-    op: str = ">=",
-) -> dict[str, Any]:
-    """`case` / `base` in every round, judged on the median against `need`."""
-    each = [r[case] / r[base] for r in per_round]
-    return _ratios_row(name, each, need, op, case=case, against=base)
-
-
-def _best_row(
-    name: str,
-    per_round: rounds.Rounds,
-    case: str,
-    bases: Sequence[str],
-    need: float | None,
-    part: str,
-) -> dict[str, Any]:
-    """`case` against the fastest of `bases` in each round (checks per second)."""
-    each = [r[case] / max(r[b] for b in bases) for r in per_round]
-    against = bases[0] if len(bases) == 1 else f"the best of {', '.join(bases)}"
-    return _ratios_row(name, each, need, case=case, against=against, part=part)
-
-
-def _skip(name: str, reason: str) -> dict[str, Any]:
-    return {"target": name, "verdict": "SKIP", "pass": None, "skipped": reason}
 
 
 def _server_usec(cost: dict[str, Any] | None, case: str) -> float | None:
@@ -238,7 +179,7 @@ def _storage_rows(
     for storage, found in storages.items():
         name = f"{what}: {LOG} storage={storage} vs {against}"
         if "skipped" in found:
-            rows.append(_skip(name, found["skipped"]))
+            rows.append(skip(name, found["skipped"]))
         elif not found.get("default"):
             rows.append(row_for(name, found["case"]))
     return rows
@@ -267,16 +208,16 @@ def _peer_targets(
         name = f"{flavour} check, 10k keys: {label} vs {against}"
         if not peers:
             reasons = {part["skipped"].get(p, "skipped: not measured") for p in peer_names}
-            rows.append(_skip(name, "; ".join(sorted(reasons))))
+            rows.append(skip(name, "; ".join(sorted(reasons))))
             continue
         bases = [spread(prefix + p) for p in peers]
-        row = _best_row(name, per_round, spread(prefix + mine), bases, PEER_TARGET, flavour)
+        row = best_row(name, per_round, spread(prefix + mine), bases, PEER_TARGET, flavour)
         if not row["pass"]:
             best = max(peers, key=lambda p: part["results"][spread(prefix + p)]["checks_per_s"])
             row["why"] = _peer_why(part, cost, mine, best, prefix)
         rows.append(row)
         rows.append(
-            _best_row(
+            best_row(
                 f"{flavour} check, hot key: {mine} vs {against}",
                 per_round,
                 hot(prefix + mine),
@@ -290,7 +231,7 @@ def _peer_targets(
                 storages,
                 f"{flavour} check, 10k keys",
                 against,
-                lambda row_name, case, bases=bases: _best_row(
+                lambda row_name, case, bases=bases: best_row(
                     row_name, per_round, spread(prefix + case), bases, None, flavour
                 ),
             )
@@ -299,14 +240,14 @@ def _peer_targets(
 
 def _checks_targets(checks: dict[str, Any], cost: dict[str, Any] | None) -> list[dict]:
     per_round = checks["per_round"]
-    main = _ratio_row(
+    main = ratio_row(
         "sliding log, 10k keys vs bare EVALSHA `return 1`",
         per_round,
         spread(LOG),
         EVALSHA,
         EVALSHA_TARGET,
     )
-    python = _ratio_row(
+    python = ratio_row(
         "sliding log, 10k keys vs the same script called bare (Python overhead alone)",
         per_round,
         spread(LOG),
@@ -318,7 +259,7 @@ def _checks_targets(checks: dict[str, Any], cost: dict[str, Any] | None) -> list
     rows = [
         main,
         python,
-        _ratio_row(
+        ratio_row(
             "check_many(100) vs 100 sequential checks",
             per_round,
             BATCH_CASE,
@@ -330,7 +271,7 @@ def _checks_targets(checks: dict[str, Any], cost: dict[str, Any] | None) -> list
     if CLASSIC in checks["peers"]:
         for pattern in (hot, spread):
             rows.append(
-                _ratio_row(
+                ratio_row(
                     f"async check, {pattern('')[1:]}: {LOG} vs the {CLASSIC} "
                     "(a new object per request)",
                     per_round,
@@ -373,7 +314,7 @@ def _server_why(cost: dict[str, Any], case: str, base: str) -> list[str]:
 def _server_row(
     cost: dict[str, Any], name: str, case: str, base: str, need: float | None
 ) -> dict[str, Any]:
-    row = _ratio_row(name, cost["per_round"], case, base, need, "<=")
+    row = ratio_row(name, cost["per_round"], case, base, need, "<=")
     row["part"] = "server_cost"
     if row["verdict"] == "FAIL":
         row["why"] = _server_why(cost, case, base)
@@ -398,9 +339,9 @@ def _cost_targets(cost: dict[str, Any]) -> list[dict]:
     names = [_log_name(kind) for kind, _, _ in SERVER_LOG_TARGETS]
     names += [_o1_name(mine) for mine in O1_SERVER]
     if "skipped" in cost:
-        return [_skip(name, cost["skipped"]) for name in names]
+        return [skip(name, cost["skipped"]) for name in names]
     if "per_round" not in cost:  # a report from before the interleaved rounds
-        return [_skip(name, "skipped: no rounds in this report") for name in names]
+        return [skip(name, "skipped: no rounds in this report") for name in names]
     results = cost["results"]
     storages = cost.get("log_storages", {})
     rows = []
@@ -408,7 +349,7 @@ def _cost_targets(cost: dict[str, Any]) -> list[dict]:
         base = case_of(MOVING_WINDOW)
         if base not in results:
             reason = cost.get("peers_skipped", {}).get(MOVING_WINDOW, "skipped: not measured")
-            rows.append(_skip(_log_name(kind), reason))
+            rows.append(skip(_log_name(kind), reason))
             continue
         name = _log_name(kind, _default_label(storages))
         rows.append(_server_row(cost, name, case_of(LOG), base, need))
@@ -431,12 +372,12 @@ def _cost_targets(cost: dict[str, Any]) -> list[dict]:
 def _nearcache_targets(nc: dict[str, Any]) -> list[dict]:
     name = "near-cache, abuser at 10x its limit, vs the classic recipe"
     if "skipped" in nc:
-        return [_skip(name, nc["skipped"])]
+        return [skip(name, nc["skipped"])]
     if "per_round" in nc:
-        row = _ratio_row(name, nc["per_round"], "near-cache", "classic recipe", NEARCACHE_TARGET)
+        row = ratio_row(name, nc["per_round"], "near-cache", "classic recipe", NEARCACHE_TARGET)
     else:
         value = nc["near_cache_x_classic"]
-        row = _judged(
+        row = judged(
             {"target": name, "ratio": value, "value": value, "unit": "x"}, NEARCACHE_TARGET
         )
     ex = nc["exactness"]
@@ -456,10 +397,10 @@ def _nearcache_targets(nc: dict[str, Any]) -> list[dict]:
     ]
     calls_name = "Redis calls per locally rejected check"
     if per_local is None:
-        rows.append(_skip(calls_name, "skipped: no check was rejected locally"))
+        rows.append(skip(calls_name, "skipped: no check was rejected locally"))
     else:
         rows.append(
-            _judged(
+            judged(
                 {
                     "target": f"{calls_name} ({ex['locally_rejected']:,} such checks)",
                     "value": per_local,
@@ -484,7 +425,7 @@ def _memory_rows(memory: dict[str, Any], storage: str) -> dict[int, dict[str, An
 
 
 def _memory_row(r: dict[str, Any], storage: str, need: float | None) -> dict[str, Any]:
-    return _judged(
+    return judged(
         {
             "target": f"memory, {r['limit']:,} admitted units: {LOG} storage={storage} "
             f"({r['encoding']})",
@@ -501,12 +442,12 @@ def _memory_row(r: dict[str, Any], storage: str, need: float | None) -> dict[str
 def _memory_targets(memory: dict[str, Any]) -> list[dict]:
     name = f"memory per admitted unit: {LOG} storage={COMPACT}"
     if "skipped" in memory:
-        return [_skip(name, memory["skipped"])]
+        return [skip(name, memory["skipped"])]
     storages = memory.get("log_storages", {})
     out = []
     compact = storages.get(COMPACT, {"skipped": "skipped: not measured in this run"})
     if "skipped" in compact:
-        out.append(_skip(name, compact["skipped"]))
+        out.append(skip(name, compact["skipped"]))
     else:
         rows = _memory_rows(memory, COMPACT)
         for limit in sorted(set(rows) | set(MEMORY_SIZES)):
@@ -515,7 +456,7 @@ def _memory_targets(memory: dict[str, Any]) -> list[dict]:
                 out.append(_memory_row(rows[limit], COMPACT, need))
             else:
                 what = f"memory, {limit:,} admitted units: {LOG} storage={COMPACT}"
-                out.append(_skip(what, "skipped: not measured in this run"))
+                out.append(skip(what, "skipped: not measured in this run"))
     for storage in storages:
         if storage != COMPACT and "skipped" not in storages[storage]:
             rows = _memory_rows(memory, storage)
@@ -539,9 +480,9 @@ def _replay_targets(replay: dict[str, Any]) -> list[dict]:
             "(the slower trace)",
             "value": statistics.median(each),
             "unit": "M/s",
-            "quartiles": _quartiles(each),
+            "quartiles": quartiles(each),
         }
-        rows.append(_judged(row, REPLAY_MILLIONS))
+        rows.append(judged(row, REPLAY_MILLIONS))
     same = [name for name, a in compiled["algorithms"].items() if a["same_decisions"]]
     total = len(compiled["algorithms"])
     ok = len(same) == total
@@ -573,12 +514,11 @@ def _logplan_targets(lp: dict[str, Any]) -> list[dict]:
         "value": big["lines_per_s"] / 1e6,
         "unit": "M lines/s",
     }
-    return [_judged(row, LOGPLAN_RSS_RATIO, "<="), _judged(speed, None)]
+    return [judged(row, LOGPLAN_RSS_RATIO, "<="), judged(speed, None)]
 
 
 def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Every target the report has figures for (a SKIP row with the reason otherwise)."""
-    from . import concurrency, http_latency, soak  # here: they build rows with _judged
 
     rows: list[dict[str, Any]] = []
     cost = report.get("server_cost")

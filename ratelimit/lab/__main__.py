@@ -159,6 +159,7 @@ def _example_log(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     """The command line's parser: one subcommand per task."""
     from . import accesslog
+    from .accesslog.formats import TIME_FIELDS
 
     main = argparse.ArgumentParser(prog=PROG, description="Tools of the rate-limit lab.")
     commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -234,7 +235,7 @@ def parser() -> argparse.ArgumentParser:
         "--time",
         metavar="FIELD",
         help="jsonl and csv logs: the field holding the time (default: the first of "
-        f"{', '.join(accesslog.TIME_FIELDS)} present)",
+        f"{', '.join(TIME_FIELDS)} present)",
     )
     measure = plan.add_mutually_exclusive_group()
     measure.add_argument(

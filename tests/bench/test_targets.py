@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import checks, concurrency, server_cost, targets
+from bench import checks, concurrency, server_cost, targets, verdicts
 from bench.checks import hot, spread
 from bench.server_cost import INCR, NOOP, admit, reject
 
@@ -307,7 +307,7 @@ def test_judge_takes_the_concurrency_parts_own_targets(monkeypatch) -> None:
     part = {"per_round": [{"a": 2.0, "b": 1.0}]}
 
     def rows_of(k: dict) -> list[dict]:
-        return [targets._ratio_row("concurrency a vs b", k["per_round"], "a", "b", 1.5)]
+        return [verdicts.ratio_row("concurrency a vs b", k["per_round"], "a", "b", 1.5)]
 
     monkeypatch.setattr(concurrency, "targets", rows_of, raising=False)
     rows = targets.judge({"concurrency": part})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.lab import records
+from ratelimit.lab import readme, records
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -104,8 +104,8 @@ def test_each_card_shows_its_figure_and_the_recorded_headline(page: str) -> None
 
 
 def test_the_headline_is_the_readme_gallery_text(page: str) -> None:
-    # The same record, rendered by ratelimit.lab.records for the README's gallery.
-    gallery = records.readme_blocks(RECORDS)["gallery"]
+    # The same record, rendered by ratelimit.lab.readme for the README's gallery.
+    gallery = readme.readme_blocks(RECORDS)["gallery"]
     for stem in PRESENT:
         assert f"** {_headline(stem)} |" in gallery
         assert _headline(stem) in page

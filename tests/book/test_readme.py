@@ -61,13 +61,13 @@ def test_every_make_target_it_names_exists():
 
 def test_its_generated_blocks_are_what_the_chapters_records_give():
     """The chapter table, gallery and memory figures quote the committed records only
-    (`make refresh` renders them; see ratelimit.lab.records)."""
-    from ratelimit.lab import records
+    (`make refresh` renders them; see ratelimit.lab.readme)."""
+    from ratelimit.lab import readme, records
 
-    blocks = records.readme_blocks(ROOT / "notebooks" / records.RECORDS_DIR)
+    blocks = readme.readme_blocks(ROOT / "notebooks" / records.RECORDS_DIR)
     assert {"chapters", "gallery"} <= blocks.keys()
     for marker, body in blocks.items():
-        shown = records.between(README, records.begin(marker), records.end(marker))
+        shown = readme.between(README, readme.begin(marker), readme.end(marker))
         assert shown == body.strip("\n") + "\n", (
             f"README block {marker!r} differs from the records: run `make refresh`"
         )

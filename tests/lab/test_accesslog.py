@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimit import keys
-from ratelimit.lab import accesslog
-from ratelimit.lab.accesslog import FORMATS, LogFormatError, LogReader, detect_format, read
+from ratelimit.lab.accesslog import FORMATS, LogFormatError, LogReader, blocks, detect_format, read
+from ratelimit.lab.accesslog.problems import EXAMPLES_PER_REASON, EXCERPT_CHARS
 from ratelimit.lab.timebase import seconds_to_ms
 
 MONTHS = "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split()
@@ -466,7 +466,7 @@ def test_examples_are_capped_per_reason(tmp_path):
     lines = [clf("192.0.2.1", "k", START)] * 10 + ["junk"] * 50
     _, problems = read(write(tmp_path, lines))
     assert problems.counts == {"malformed": 50}
-    assert len(problems.examples) == accesslog.EXAMPLES_PER_REASON
+    assert len(problems.examples) == EXAMPLES_PER_REASON
     assert "lines 11, 12, 13, 14, 15, ...)" in problems.summary()
 
 
@@ -482,15 +482,15 @@ def test_100_kb_lines(tmp_path):
     trace, problems = read(write(tmp_path, lines))
     assert trace["identity"].tolist() == ["192.0.2.1", "192.0.2.3"]
     assert problems.counts == {"malformed": 3}
-    assert all(len(text) <= accesslog.EXCERPT_CHARS for _, _, text in problems.examples)
+    assert all(len(text) <= EXCERPT_CHARS for _, _, text in problems.examples)
     seen = []
     read(write(tmp_path, lines, "b.log"), cost=lambda f: seen.append(f["path"]) or 1)
     assert seen[0] == long_path
 
 
 def test_lines_over_the_limit_are_skipped_unread(tmp_path, monkeypatch):
-    monkeypatch.setattr(accesslog, "MAX_LINE_BYTES", 2_000)
-    monkeypatch.setattr(accesslog, "BLOCK_BYTES", 700)  # long lines span several blocks
+    monkeypatch.setattr(blocks, "MAX_LINE_BYTES", 2_000)
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", 700)  # long lines span several blocks
     lines = [
         clf("192.0.2.1", "k", START),
         clf("192.0.2.2", "k", START, path="/" + "p" * 5_000),
@@ -552,7 +552,7 @@ def late_brute_force(times: list[float], horizon: float) -> list[int]:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_out_of_order_merged_log_is_sorted_within_the_horizon(tmp_path, monkeypatch, seed):
-    monkeypatch.setattr(accesslog, "BLOCK_BYTES", 4_096)
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", 4_096)
     rows = merged_log(seed)
     lines = [clf(h, u, datetime.fromtimestamp(s, UTC), offset=60 * (i % 3)) for i, (s, h, u) in
              enumerate(rows)]  # fmt: skip
@@ -569,7 +569,7 @@ def test_out_of_order_merged_log_is_sorted_within_the_horizon(tmp_path, monkeypa
 
 @pytest.mark.parametrize("horizon", [0.0, 5.0, 20.0])
 def test_late_lines_are_counted_and_not_lost(tmp_path, monkeypatch, horizon):
-    monkeypatch.setattr(accesslog, "BLOCK_BYTES", 4_096)
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", 4_096)
     rows = merged_log(7, lag_s=60.0)
     lines = [clf(h, u, datetime.fromtimestamp(s, UTC)) for s, h, u in rows]
     lines.insert(50, "not a log line")
@@ -582,7 +582,7 @@ def test_late_lines_are_counted_and_not_lost(tmp_path, monkeypatch, horizon):
     # File line numbers: one bad line was inserted before row 50.
     numbers = [i + 1 + (i >= 50) for i in late]
     assert [line for line, _, _ in problems.late_examples] == numbers[
-        : accesslog.EXAMPLES_PER_REASON
+        : EXAMPLES_PER_REASON
     ]
     assert problems.parsed + problems.skipped == problems.lines == len(lines)
     # Nothing lost: the same requests, as a multiset.
@@ -592,7 +592,7 @@ def test_late_lines_are_counted_and_not_lost(tmp_path, monkeypatch, horizon):
 
 
 def test_chunks_are_sorted_and_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(accesslog, "BLOCK_BYTES", 2_048)
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", 2_048)
     rows = merged_log(11, lag_s=60.0)
     lines = [clf(h, u, datetime.fromtimestamp(s, UTC)) for s, h, u in rows]
     path = write(tmp_path, lines)
@@ -616,7 +616,7 @@ def test_chunked_reading_equals_the_whole_read(tmp_path, monkeypatch):
     lines[10:10] = ["junk", ""]
     path = write(tmp_path, lines)
     whole, whole_problems = read(path, chunk_lines=10**6)
-    monkeypatch.setattr(accesslog, "BLOCK_BYTES", 1_000)
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", 1_000)
     for chunk_lines in (1, 7, 100):
         reader = LogReader(path, chunk_lines=chunk_lines)
         chunks = list(reader)
@@ -638,8 +638,8 @@ def test_reading_twice_gives_the_same(tmp_path):
 
 
 def test_progress_bar_is_silent_under_pytest_and_counts_bytes(tmp_path, capsys):
-    assert accesslog._bar(10**12, None).disable
-    assert accesslog._bar(10, None).disable
+    assert blocks._bar(10**12, None).disable
+    assert blocks._bar(10, None).disable
     path = write(tmp_path, [clf("192.0.2.1", "k", START)] * 100)
     reader = LogReader(path, progress=True)
     list(reader)

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from ratelimit import algorithms, keys
 from ratelimit.lab import capacity, memory, planner, reference
+from ratelimit.lab.planner.measures import _LiveKeys
+from ratelimit.lab.planner.planning import _key_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = memory.load_table(ROOT / "notebooks" / "data" / "memory_per_key.csv")
@@ -233,7 +235,7 @@ def test_live_keys_is_the_most_identities_with_a_request_within_one_lifetime(dat
     gaps, who = [g for _, g in data], [w for w, _ in data]
     times = np.cumsum(np.asarray(gaps, dtype=np.int64) // 4)  # many ties and near ties
     codes = np.asarray(who, dtype=np.int64)
-    counter = planner._LiveKeys(lifetime)
+    counter = _LiveKeys(lifetime)
     at = 0
     for size in [*cut, len(times)]:
         counter.add(codes[at : at + size], times[at : at + size])
@@ -628,7 +630,7 @@ def test_plan_log_on_something_that_is_not_a_log_says_so(tmp_path):
 @pytest.mark.parametrize("algorithm", algorithms.NAMES)
 def test_key_bytes_is_bytes_per_key_at_every_size(algorithm):
     sizes = np.concatenate((np.arange(1, 1_500), [4_999, 65_537, 100_000, 100_001, 3_000_000]))
-    got = planner._key_bytes(TABLE, algorithm, sizes)
+    got = _key_bytes(TABLE, algorithm, sizes)
     want = [capacity.bytes_per_key(TABLE, algorithm, int(size)) for size in sizes]
     np.testing.assert_allclose(got, want, rtol=1e-12)
-    assert planner._key_bytes(TABLE, algorithm, np.array([0, 7]))[0] == want[0]  # at least 1
+    assert _key_bytes(TABLE, algorithm, np.array([0, 7]))[0] == want[0]  # at least 1

@@ -1,5 +1,5 @@
 """Records: a chapter's quoted numbers, saved by `make refresh`, checked by every other
-run, and the README's generated blocks rendered from them."""
+run."""
 
 from __future__ import annotations
 
@@ -111,12 +111,3 @@ def test_templates_quote_only_recorded_names():
     assert records.fill("{peak} in a second", values, "here") == "12 in a second"
     with pytest.raises(KeyError, match=r"here quotes \['mean'\]"):
         records.fill("{peak} and {mean}", values, "here")
-
-
-def test_blocks_are_replaced_between_their_markers_only():
-    text = "a\n" + records.begin("x") + "\nold\n" + records.end("x") + "\nb\n"
-    new = records.rewrite_readme(text, {"x": "new"})
-    assert new == "a\n" + records.begin("x") + "\nnew\n" + records.end("x") + "\nb\n"
-    assert records.between(new, records.begin("x"), records.end("x")) == "new\n"
-    with pytest.raises(ValueError, match="no block"):
-        records.rewrite_readme("no markers", {"x": "new"})

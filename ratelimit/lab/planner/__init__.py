@@ -1,0 +1,131 @@
+"""Plan a limit policy on an access log: whom each candidate limit hurts, and how big
+Redis must be to enforce it.
+
+    from ratelimit.lab import planner
+    planner.parse_limit("100/min")                        # (100, 60.0)
+    plan = planner.plan_log("access.log", ["100/min", "1000/h"], measure=False)
+    print(plan.table())                                   # what `plan` prints
+    plan.to_dict()                                        # what `plan --json` writes
+
+`plan_log` reads the log once, in chunks (`accesslog.LogReader`, bounded memory), and
+decides every request under every candidate (limit x algorithm) as it goes, with one
+compiled replayer per candidate (`fastreplay.Replayer`) whose state is carried from
+chunk to chunk. `plan_trace` does the same on trace tables already in memory.
+
+What a candidate reports, and how it is counted:
+
+- Every request is decided at its logged time, in the order the reader gives
+  (sorted by time; a line that arrives too late is decided where it appears). A
+  request whose cost exceeds the candidate's limit (or GCRA's burst, the limit) can
+  never be admitted: the library refuses it with ValueError before asking Redis. Such
+  requests are counted apart, as `refused` (and `identities_refused`), and are neither
+  decided, nor checks, nor keys.
+- `rejected` counts the requests the limiter rejected; `identities_rejected` the
+  identities rejected at least once. Shares are of all the log's requests and
+  identities.
+- `busiest_affected`: the identities rejected or refused at least once, busiest
+  (most requests) first.
+- `peak_admitted`: the most cost admitted to one identity in any rolling window
+  (t - W, t] of the candidate's window W, in whole ms as the limiters stamp requests.
+  At most the limit for the sliding log; more for the others (a fixed window lets
+  twice it through across a boundary).
+
+The Redis plan of a candidate:
+
+- `keys`: the most identities whose keys are alive at one instant. A key lives one
+  key lifetime L after a request (the TTL the limiter gives its state,
+  `Policy.state_ttl_ms()`: one window, two for the sliding-window counter). So
+  `keys` = max over t of the number of identities with a request in (t - L, t]:
+  conservative, since a rejected request does not refresh every algorithm's TTL.
+  Computed exactly in one streaming pass, with one timestamp per identity; a late
+  line counts from the latest time already read.
+- `memory_bytes`: each key at its identity's own peak, i.e. holding `peak_admitted`
+  units of that identity (its most admitted in one window, at least 1), sized with
+  `capacity.bytes_per_key` from the measured table of chapter 3
+  (`notebooks/data/memory_per_key.csv`, sorted-set log members), plus the shard's
+  per-key overhead; and the `keys` heaviest such keys alive together. No instant can
+  need more, so this is an upper bound. `bytes_per_key` is their mean.
+- `peak_checks_per_s`: the most requests (checks, one EVALSHA each, admitted or not)
+  in any rolling second (t - 1 s, t] of the whole log: the peak, not the mean
+  (`mean_checks_per_s`, over the log's span or 1 s if shorter, is given for
+  comparison). `commands_per_s` counts every check's script commands on the admit
+  path, the costlier (`capacity.script_commands`).
+- Server time per check: measured now on the reader's Redis with `INFO commandstats`
+  (`capacity.measure_server_time`, which writes scratch keys and deletes them) when
+  one answers, else what the latest `make bench` recorded (`bench/record.json`,
+  `capacity.server_time_from_bench`); `server_time.kind` says which, and `note` why
+  a measurement was not used. With neither, the plan says so and leaves the
+  check-bound figures out (null).
+- Shards: `capacity.plan_fleet` with the chapter 5 shard (`capacity.Shard`:
+  `shard_memory_bytes` of data memory, `headroom` kept free, 64 bytes of per-key
+  overhead): enough shards for the memory and for the checks, whichever needs more.
+
+Memory: besides the reader's chunk, one small record per identity (its code, counts,
+last request) per candidate, plus each replayer's state and the admitted stamps of
+each identity's last window (and the `windowpeaks.WindowPeaks` reorder margin): it
+grows with the identities and with what one window holds, never with the log's length.
+
+Modules: `limits` (reading "100/min"), `servertime` (`choose_server_time`), `measures`
+(keys alive at once), `planning` (`plan_trace`, `plan_log`), `results` (the dataclasses
+and `SCHEMA`), `report` (`LogPlan.table`).
+
+JSON document (`LogPlan.to_dict()`, `plan --json OUT`); the field names of each
+object are listed in `SCHEMA`, one place:
+
+- top level: `schema` (this layout's version, 1), `log`, `server_time`, `shard`,
+  `memory_table` (path of the bytes-per-key table), `candidates` (a list).
+- `log`: `path`, `example` (true for the lab's example log), `format`,
+  `identity_field`, `cost` (how a request's cost was read: "1 per request", a field's
+  name, or a function's), `requests`, `identities`, `start_utc`, `end_utc` (ISO 8601),
+  `duration_s`, `problems`.
+- `problems` (the reader's bad lines): `lines`, `parsed`, `skipped`, `late` (lines
+  logged more than the reader's reorder window after later ones, decided late),
+  `counts` (reason -> lines), `examples` and `late_examples` (lists of `line`,
+  `reason`, `excerpt`: the first few), `summary` (the reader's words).
+- `server_time`: `kind` ("measured", "bench" or "none"), `source`, `date`, `note`,
+  `us_per_check` (algorithm -> microseconds).
+- `shard`: `memory_bytes`, `headroom`, `key_overhead_bytes`, `checks_per_s` (null:
+  the server time per check alone limits a shard).
+- a candidate: `limit_text`, `limit`, `window_s`, `algorithm`, `label`, `requests`,
+  `rejected`, `rejected_share`, `refused`, `refused_share`, `identities`,
+  `identities_rejected`, `identities_rejected_share`, `identities_refused`,
+  `peak_admitted`, `peak_admitted_ratio` (over the limit), `peak_identity`,
+  `busiest_affected` (a list of `identity`, `requests`, `rejected`, `refused`,
+  `peak_admitted`), `redis` (null when no request reaches Redis).
+- `redis`: `keys`, `key_lifetime_s`, `bytes_per_key`, `memory_bytes`,
+  `peak_checks_per_s`, `mean_checks_per_s`, `us_per_check`, `redis_cpu_cores`,
+  `commands_per_s`, `shard_checks_per_s`, `shards_for_memory`, `shards_for_checks`,
+  `shards`, `keys_per_shard` (the check-bound ones null without a server time).
+"""
+
+from .limits import format_limit, parse_limit
+from .planning import DEFAULT_SHARD, plan_log, plan_trace
+from .results import SCHEMA, Affected, CandidatePlan, LogPlan, LogSummary, RedisPlan
+from .servertime import (
+    DEFAULT_ALGORITHMS,
+    DEFAULT_REDIS_URL,
+    ServerTimeChoice,
+    choose_server_time,
+    default_bench_record,
+    default_memory_table,
+)
+
+__all__ = [
+    "DEFAULT_ALGORITHMS",
+    "DEFAULT_REDIS_URL",
+    "DEFAULT_SHARD",
+    "SCHEMA",
+    "Affected",
+    "CandidatePlan",
+    "LogPlan",
+    "LogSummary",
+    "RedisPlan",
+    "ServerTimeChoice",
+    "choose_server_time",
+    "default_bench_record",
+    "default_memory_table",
+    "format_limit",
+    "parse_limit",
+    "plan_log",
+    "plan_trace",
+]

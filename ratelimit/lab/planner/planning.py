@@ -1,0 +1,469 @@
+"""Planning: every request of a log or trace decided under every candidate, as it
+streams by, and each candidate's figures and Redis plan (`plan_log`, `plan_trace`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ratelimit import algorithms as registry
+from ratelimit import validation
+
+from .. import capacity
+from ..timebase import seconds_to_ms
+from .limits import _candidate_limit
+from .measures import _grown, _LiveKeys
+from .results import Affected, CandidatePlan, LogPlan, LogSummary, RedisPlan
+from .servertime import (
+    DEFAULT_ALGORITHMS,
+    ServerTimeChoice,
+    _shown_path,
+    choose_server_time,
+    default_memory_table,
+)
+
+DEFAULT_SHARD = capacity.DEFAULT_SHARD
+"""Chapter 5's shard: 14 GiB of data, half kept free, 64 bytes of per-key overhead."""
+_CHECK_WINDOW_MS = 1_000  # checks per second: the most in any rolling second
+
+
+class _NoRequests(ValueError):
+    """The trace holds no request."""
+
+
+@dataclass
+class _Candidate:
+    """One candidate's replay and counts while the log is read."""
+
+    text: str
+    limit: int
+    window_ms: int
+    algorithm: str
+    lifetime_ms: int  # how long a key outlives its last write
+    replayer: Any  # fastreplay.Replayer
+    peaks: Any  # windowpeaks.WindowPeaks over admitted cost
+    rejected: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    refused: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def add(
+        self,
+        codes: np.ndarray,
+        times: np.ndarray,
+        costs: np.ndarray,
+        fits: np.ndarray | None,
+        n: int,
+    ) -> None:
+        """Decide one chunk; `fits`: the requests whose cost the limit allows at all
+        (None: every one)."""
+        self.rejected = _grown(self.rejected, n)
+        self.refused = _grown(self.refused, n)
+        if fits is not None:
+            _count_into(self.refused, codes[~fits])
+            if not fits.any():
+                return
+            codes, times, costs = codes[fits], times[fits], costs[fits]
+        allowed = self.replayer.decide(codes, times, costs)[0]
+        _count_into(self.rejected, codes[~allowed])
+        self.peaks.add(codes[allowed], times[allowed], costs[allowed])
+
+
+def _count_into(values: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """`values[code] += occurrences of code`."""
+    if len(codes) * 8 >= len(values):  # many: one pass, no sort
+        counts = np.bincount(codes)
+        values[: len(counts)] += counts
+    elif len(codes):
+        found, counts = np.unique(codes, return_counts=True)
+        values[found] += counts
+    return values
+
+
+def _only(values: np.ndarray, fits: np.ndarray | None) -> np.ndarray:
+    return values if fits is None else values[fits]
+
+
+def plan_trace(
+    chunks: pd.DataFrame | Iterable[pd.DataFrame],
+    limits: Sequence[Any],
+    algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
+    *,
+    redis_url: str | None = None,
+    measure: bool = True,
+    headroom: float = DEFAULT_SHARD.headroom,
+    shard_memory_bytes: float = DEFAULT_SHARD.memory_gib * 2**30,
+    top: int = 10,
+    memory_table: str | Path | pd.DataFrame | None = None,
+    bench_record: str | Path | None = None,
+    server_time: ServerTimeChoice | None = None,
+    describe: Callable[[], Mapping[str, Any]] | None = None,
+) -> LogPlan:
+    """`plan_log` on trace tables (`time`, `identity`, `cost`): one, or an iterable of
+    chunks, each sorted by time, read once. `server_time` replaces the choice
+    `choose_server_time` would make; `describe()`, called once the chunks are read,
+    gives what the trace cannot tell (`path`, `example`, `format`, `identity_field`,
+    `problems`)."""
+    from .. import fastreplay, windowpeaks
+
+    candidates = _candidates(limits, algorithms)
+    top = validation.count("top", top, minimum=0)
+    shard = dataclasses.replace(
+        DEFAULT_SHARD,
+        memory_gib=validation.positive("shard_memory_bytes", shard_memory_bytes) / 2**30,
+        headroom=capacity.headroom_share(headroom),  # checked before the log is read
+    )
+    table, table_name = _memory_table(memory_table)
+    fits_of = sorted({c.limit for c in candidates})
+    live = {(c.lifetime_ms, c.limit): _LiveKeys(c.lifetime_ms) for c in candidates}
+    checks = {limit: windowpeaks.WindowPeaks(_CHECK_WINDOW_MS) for limit in fits_of}
+
+    codes_of = fastreplay.Codes()
+    requests = np.zeros(0, dtype=np.int64)
+    total, start, end = 0, math.inf, -math.inf
+    horizon = None  # the latest ms seen so far
+    for chunk in [chunks] if isinstance(chunks, pd.DataFrame) else chunks:
+        seconds, times, costs, identities = _columns_of(chunk)
+        if len(times) == 0:
+            continue
+        codes = codes_of.encode(identities)
+        total += len(times)
+        start, end = min(start, float(seconds.min())), max(end, float(seconds.max()))
+        requests = _count_into(_grown(requests, len(codes_of)), codes)
+        # Keys are counted on a clock that never goes back: a line logged earlier than
+        # one already read counts at the latest time seen.
+        steady = times if horizon is None else np.maximum(times, horizon)
+        horizon = int(steady.max())
+        # Per limit, the requests it allows at all (None: every one, the usual case).
+        fits = {limit: None if costs.max() <= limit else costs <= limit for limit in fits_of}
+        for (_, limit), keys in live.items():
+            keys.add(_only(codes, fits[limit]), _only(steady, fits[limit]))
+        one_code, every = np.zeros(len(times), dtype=np.int64), np.ones(len(times), dtype=np.int64)
+        for limit, peaks in checks.items():
+            peaks.add(one_code, times, every if fits[limit] is None else fits[limit])
+        for cand in candidates:
+            cand.add(codes, times, costs, fits[cand.limit], len(codes_of))
+    if total == 0:
+        raise _NoRequests("there are no requests to plan on")
+
+    found = dict(describe() if describe is not None else {})
+    log = LogSummary(
+        path=str(found.get("path", "(a trace in memory)")),
+        example=bool(found.get("example", False)),
+        format=str(found.get("format", "trace")),
+        identity_field=str(found.get("identity_field", "identity")),
+        cost=str(found.get("cost", "cost")),
+        requests=total,
+        identities=len(codes_of),
+        start=start,
+        end=end,
+        problems=found.get("problems"),
+    )
+    if server_time is None:
+        names = list(dict.fromkeys(c.algorithm for c in candidates))
+        server_time = choose_server_time(
+            names, redis_url=redis_url, measure=measure, bench_record=bench_record
+        )
+    requests = requests[: len(codes_of)]
+    planned = tuple(
+        _finish(
+            cand,
+            codes_of,
+            requests,
+            live[(cand.lifetime_ms, cand.limit)].peak,
+            int(_peaks(checks[cand.limit], 1)[0]),
+            log,
+            table,
+            server_time,
+            shard,
+            top,
+        )  # fmt: skip
+        for cand in candidates
+    )
+    return LogPlan(log, server_time, shard, table_name, planned, top)
+
+
+def _candidates(limits: Sequence[Any], algorithms: Sequence[str]) -> list[_Candidate]:
+    """One `_Candidate` per distinct limit and algorithm, in the order given."""
+    from .. import fastreplay, windowpeaks
+
+    names = list(dict.fromkeys(registry.get(a).name for a in algorithms))
+    if not names:
+        raise ValueError("give at least one algorithm")
+    specs: dict[tuple[int, int], str] = {}
+    for spec in limits:
+        text, limit, window_ms = _candidate_limit(spec)
+        specs.setdefault((limit, window_ms), text)  # "100/min" and "100/minute" are one
+    if not specs:
+        raise ValueError("give at least one limit, e.g. '100/min'")
+    candidates = []
+    for (limit, window_ms), text in specs.items():
+        for name in names:
+            # The reference model checks the options as every limiter does (the log's
+            # largest limit, the fixed window's range), with the same messages.
+            try:
+                model = registry.get(name).build("reference", window_ms=window_ms, limit=limit)
+                replayer = fastreplay.Replayer.for_model(model)
+            except ValueError as exc:
+                raise ValueError(f"limit {text!r} with algorithm {name!r}: {exc}") from None
+            peaks = windowpeaks.WindowPeaks(window_ms)
+            candidates.append(
+                _Candidate(text, limit, window_ms, name, model.state_ttl_ms(), replayer, peaks)
+            )
+    return candidates
+
+
+def _columns_of(chunk: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A chunk's seconds, whole-ms times, costs and identities, checked."""
+    needed = ("time", "identity", "cost")
+    missing = [c for c in needed if c not in getattr(chunk, "columns", ())]
+    if missing:
+        raise ValueError(f"a trace chunk must be a DataFrame with {needed}; it lacks {missing}")
+    seconds = chunk["time"].to_numpy(dtype=np.float64)
+    times = seconds_to_ms(seconds)
+    if len(times) > 1 and (times[1:] < times[:-1]).any():
+        raise ValueError("a trace chunk must be sorted by time")
+    costs = chunk["cost"].to_numpy()
+    if costs.dtype.kind not in "iu":
+        raise ValueError(f"cost must be integers, got dtype {costs.dtype}")
+    if len(costs) and costs.min() < 1:
+        raise ValueError("a request's cost must be >= 1")
+    return seconds, times, costs.astype(np.int64), chunk["identity"].to_numpy(dtype=object)
+
+
+def _memory_table(given: Any) -> tuple[pd.DataFrame, str]:
+    """The bytes-per-key table and where it comes from."""
+    from .. import memory
+
+    if isinstance(given, pd.DataFrame):
+        return given, "(a table given in memory)"
+    path = Path(given) if given is not None else default_memory_table()
+    if not path.exists():
+        raise ValueError(
+            f"no measured bytes-per-key table at {path}: chapter 3 (`make refresh`) writes "
+            "it; give another with memory_table="
+        )
+    return memory.load_table(path), _shown_path(path)
+
+
+def _peaks(peaks: Any, size: int) -> np.ndarray:
+    """A WindowPeaks' peaks for codes 0..size-1 (0 for codes it never saw)."""
+    values = np.asarray(peaks.peaks, dtype=np.int64)[:size]
+    return np.concatenate((values, np.zeros(size - len(values), dtype=np.int64)))
+
+
+def _key_bytes(table: pd.DataFrame, algorithm: str, entries: np.ndarray) -> np.ndarray:
+    """`capacity.bytes_per_key` of each key, holding `entries` (at least 1) each.
+
+    It is asked only at the table's measured sizes and at the smallest and largest
+    size wanted: between measured rows it interpolates linearly, and beyond the last it
+    is linear too (proportional, or flat), so `np.interp` between those answers gives
+    its answer at every size, without a table lookup per distinct size."""
+    rows = table[table["algorithm"] == algorithm]
+    sizes = np.maximum(np.asarray(entries, dtype=np.float64), 1.0)
+    if sizes.size == 0:
+        return sizes
+    anchors = np.unique(np.concatenate((rows["entries"].to_numpy(dtype=np.float64),
+                                        [sizes.min(), sizes.max()])))  # fmt: skip
+    anchors = anchors[anchors >= 1]
+    values = [capacity.bytes_per_key(rows, algorithm, float(x)) for x in anchors]
+    return np.interp(sizes, anchors, values)
+
+
+def _finish(
+    cand: _Candidate,
+    codes_of: Any,
+    requests: np.ndarray,
+    keys: int,
+    peak_checks: int,
+    log: LogSummary,
+    table: pd.DataFrame,
+    server_time: ServerTimeChoice,
+    shard: capacity.Shard,
+    top: int,
+) -> CandidatePlan:
+    n = len(requests)
+    rejected = cand.rejected[:n]
+    refused = cand.refused[:n]
+    peaks = _peaks(cand.peaks, n)
+    affected = np.flatnonzero((rejected > 0) | (refused > 0))
+    names = np.array([codes_of.identity(int(i)) for i in affected], dtype=object)
+    ranked = affected[np.lexsort((names, -requests[affected]))] if len(affected) else affected
+    busiest = tuple(
+        Affected(
+            str(codes_of.identity(int(i))),
+            int(requests[i]),
+            int(rejected[i]),
+            int(refused[i]),
+            int(peaks[i]),
+        )
+        for i in ranked[:top]
+    )
+    peak_at = int(np.argmax(peaks))
+    checked = int(requests.sum() - refused.sum())
+    redis_plan = None
+    if checked:
+        redis_plan = _redis_plan(
+            cand, keys, peaks[requests - refused > 0], peak_checks, checked, log,
+            table, server_time, shard,
+        )  # fmt: skip
+    return CandidatePlan(
+        limit_text=cand.text,
+        limit=cand.limit,
+        window_s=cand.window_ms / 1000,
+        algorithm=cand.algorithm,
+        requests=int(requests.sum()),
+        rejected=int(rejected.sum()),
+        refused=int(refused.sum()),
+        identities=n,
+        identities_rejected=int(np.count_nonzero(rejected)),
+        identities_refused=int(np.count_nonzero(refused)),
+        peak_admitted=int(peaks[peak_at]),
+        peak_identity=str(codes_of.identity(peak_at)) if peaks[peak_at] > 0 else None,
+        busiest_affected=busiest,
+        redis=redis_plan,
+    )
+
+
+def _redis_plan(
+    cand: _Candidate,
+    keys: int,
+    peaks: np.ndarray,
+    peak_checks: int,
+    checked: int,
+    log: LogSummary,
+    table: pd.DataFrame,
+    server_time: ServerTimeChoice,
+    shard: capacity.Shard,
+) -> RedisPlan:
+    per_key = _key_bytes(table, cand.algorithm, peaks)
+    heaviest = np.sort(per_key)[::-1][:keys]
+    mean_bytes = float(heaviest.mean())
+    options = shard.plan_options()
+    mean_checks = checked / max(log.duration_s, 1.0)
+    us = server_time.us_per_check(cand.algorithm)
+    if us is not None:
+        planned = capacity.plan_fleet(
+            cand.algorithm,
+            active_keys=keys,
+            rate_per_key=peak_checks / keys,
+            bytes_per_key=mean_bytes,
+            us_per_check=us,
+            **options,
+        )
+        return RedisPlan(
+            keys=keys,
+            key_lifetime_s=cand.lifetime_ms / 1000,
+            bytes_per_key=planned.bytes_per_key,
+            memory_bytes=planned.memory_bytes,
+            peak_checks_per_s=peak_checks,
+            mean_checks_per_s=mean_checks,
+            us_per_check=us,
+            redis_cpu_cores=planned.redis_cpu_cores,
+            commands_per_s=planned.commands_per_s,
+            shard_checks_per_s=planned.shard_checks_per_s,
+            shards_for_memory=planned.shards_for_memory,
+            shards_for_checks=planned.shards_for_checks,
+            shards=planned.shards,
+            keys_per_shard=planned.keys_per_shard,
+        )
+    overhead = options["key_overhead_bytes"]
+    memory_bytes = capacity.fleet_memory_bytes(keys, mean_bytes, key_overhead_bytes=overhead)
+    return RedisPlan(
+        keys=keys,
+        key_lifetime_s=cand.lifetime_ms / 1000,
+        bytes_per_key=memory_bytes / keys,
+        memory_bytes=memory_bytes,
+        peak_checks_per_s=peak_checks,
+        mean_checks_per_s=mean_checks,
+        us_per_check=None,
+        redis_cpu_cores=None,
+        commands_per_s=peak_checks * capacity.script_commands(cand.algorithm, True),
+        shard_checks_per_s=None,
+        shards_for_memory=capacity.shards_needed(
+            memory_bytes, options["shard_memory_bytes"], options["headroom"]
+        ),
+        shards_for_checks=None,
+        shards=None,
+        keys_per_shard=None,
+    )
+
+
+def plan_log(
+    path: str | Path,
+    limits: Sequence[Any],
+    algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
+    *,
+    format: str | None = None,
+    identity: str | None = None,
+    cost: str | Callable[[dict[str, Any]], int] | None = None,
+    time: str | None = None,
+    redis_url: str | None = None,
+    measure: bool = True,
+    headroom: float = DEFAULT_SHARD.headroom,
+    shard_memory_bytes: float = DEFAULT_SHARD.memory_gib * 2**30,
+    top: int = 10,
+    progress: bool | None = None,
+    reorder_s: float = 300.0,
+    chunk_lines: int = 1_000_000,
+    memory_table: str | Path | pd.DataFrame | None = None,
+    bench_record: str | Path | None = None,
+    example: bool = False,
+) -> LogPlan:
+    """Plan each candidate of `limits` ("100/min", ...) x `algorithms` on the access log
+    at `path`, read once in chunks of `chunk_lines` (see the module docstring for every
+    figure). `format`, `identity`, `cost`, `time`, `reorder_s` and `progress` go to
+    `accesslog.LogReader`. The Redis plan measures server time on `redis_url` unless
+    `measure` is False (see `choose_server_time`), and sizes shards of
+    `shard_memory_bytes` keeping `headroom` free. `top`: how many of the busiest
+    identities affected each candidate lists. `example` marks the lab's
+    example log in the report. LogFormatError (a ValueError) for a file that is not a
+    log or holds no request; ValueError for bad options."""
+    from .. import accesslog
+
+    limits = list(limits)
+    for spec in limits:
+        _candidate_limit(spec)  # bad limits fail before the log is read
+    reader = accesslog.LogReader(
+        path,
+        format=format,
+        identity=identity,
+        cost=cost,
+        time=time,
+        chunk_lines=chunk_lines,
+        reorder_s=reorder_s,
+        progress=progress,
+    )
+
+    def describe() -> dict[str, Any]:
+        return {
+            "path": str(path),
+            "example": example,
+            "format": reader.format,
+            "identity_field": reader.identity_field,
+            "cost": _cost_label(cost),
+            "problems": reader.problems,
+        }
+
+    try:
+        return plan_trace(
+            reader, limits, algorithms, redis_url=redis_url, measure=measure, headroom=headroom,
+            shard_memory_bytes=shard_memory_bytes, top=top, memory_table=memory_table,
+            bench_record=bench_record, describe=describe,
+        )  # fmt: skip
+    except _NoRequests:
+        summary = reader.problems.summary()
+        raise accesslog.LogFormatError(f"{path} holds no request to plan on: {summary}") from None
+
+
+def _cost_label(cost: Any) -> str:
+    if cost is None:
+        return "1 per request"
+    if isinstance(cost, str):
+        return cost
+    return getattr(cost, "__qualname__", None) or repr(cost)

@@ -1,0 +1,152 @@
+"""A plan as a report for a terminal (`LogPlan.table`): the log, whom each candidate
+hurts, the busiest identities affected, and the Redis plan."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..memory import format_bytes
+
+if TYPE_CHECKING:
+    from .results import CandidatePlan, LogPlan
+
+
+def _utc(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _columns(rows: Sequence[Sequence[str]], right: Iterable[int]) -> list[str]:
+    """Rows of cells as aligned text: columns in `right` right-aligned."""
+    right = set(right)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{days} d"] * bool(days) + [f"{hours} h"] * bool(hours)
+    parts += [f"{minutes} min"] * bool(minutes) + [f"{secs} s"] * bool(secs)
+    return " ".join(parts[:2]) or "0 s"
+
+
+def _or_dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _rate(value: float) -> str:
+    """A rate to about three significant digits."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if value >= 0.001 else f"{value:.1g}"
+
+
+def _busiest(plan: LogPlan) -> list[str]:
+    """Per limit, the busiest identities affected under any algorithm, with what each
+    algorithm rejected. Exact from the candidates' own lists: an identity among the
+    `top` busiest affected under any algorithm is, under each algorithm that affects
+    it, among that algorithm's `top` busiest affected too."""
+    out: list[str] = []
+    by_limit: dict[str, list[CandidatePlan]] = {}
+    for c in plan.candidates:
+        by_limit.setdefault(c.limit_text, []).append(c)
+    for text, group in by_limit.items():
+        top = plan.top
+        known = {(c.algorithm, a.identity): a for c in group for a in c.busiest_affected}
+        requests = {a.identity: a.requests for a in known.values()}
+        refused = {a.identity: a.refused for a in known.values()}
+        ranked = sorted(requests, key=lambda who: (-requests[who], who))[:top]
+        if not ranked:
+            continue
+        header = ["identity", "requests", *(c.label for c in group)]
+        header += ["cost > limit"] if any(refused.values()) else []
+        rows = [header]
+        for who in ranked:
+            row = [who, f"{requests[who]:,}"]
+            row += [f"{known[(c.algorithm, who)].rejected:,}" if (c.algorithm, who) in known
+                    else "0" for c in group]  # fmt: skip
+            row += [f"{refused[who]:,}"] if len(header) > len(row) else []
+            rows.append(row)
+        out += ["", f"Busiest identities affected by {text} (requests, and rejected by each)"]
+        out += ["  " + line for line in _columns(rows, right=range(1, len(header)))]
+    return out
+
+
+def _render(plan: LogPlan, *, problems: bool) -> str:
+    log = plan.log
+    where = "the lab's example log (synthetic traffic)" if log.example else log.path
+    out = [
+        f"Plan for {where}: format {log.format}, identity: {log.identity_field}, cost: {log.cost}",
+        f"  {log.requests:,} requests from {log.identities:,} identities, "
+        f"{_utc(log.start)} to {_utc(log.end)} ({_duration(log.duration_s)})",
+    ]
+    if problems and log.problems is not None:
+        out += ["  " + line for line in log.problems.summary().splitlines()]
+    out += ["", "Who is hurt"]
+    rows = [["limit", "algorithm", "rejected", "share", "identities rejected", "share",
+             "peak admitted / limit", "cost > limit"]]  # fmt: skip
+    for c in plan.candidates:
+        rows.append([
+            c.limit_text, c.label, f"{c.rejected:,}", _pct(c.rejected, c.requests),
+            f"{c.identities_rejected:,} of {c.identities:,}",
+            _pct(c.identities_rejected, c.identities),
+            f"{c.peak_admitted:,} / {c.limit:,} ({c.peak_admitted / c.limit:.2f}x)",
+            f"{c.refused:,}",
+        ])  # fmt: skip
+    out += ["  " + line for line in _columns(rows, right=(2, 3, 4, 5, 6, 7))]
+    refused = [c for c in plan.candidates if c.refused]
+    for c in refused:
+        out.append(
+            f"  {c.limit_text}: {c.refused:,} requests ({_pct(c.refused, c.requests)}) from "
+            f"{c.identities_refused:,} identities cost more than the limit: the library refuses "
+            "them (ValueError), they are neither admitted nor rejected"
+        )
+    out += _busiest(plan)
+    out += ["", "Redis plan"]
+    choice = plan.server_time
+    if choice.server_time is not None:
+        out.append(f"  server time per check: {choice.server_time.source}")
+    else:
+        out.append("  server time per check: unknown, so no shards for checks are planned")
+    if choice.note:
+        out.append(f"  ({choice.note})")
+    options = plan.shard.plan_options()
+    out.append(
+        f"  shards of {format_bytes(options['shard_memory_bytes'])} of data with "
+        f"{options['headroom']:.0%} headroom, {options['key_overhead_bytes']:g} B per key "
+        "of overhead; memory: each key at its identity's peak"
+    )
+    rows = [["limit", "algorithm", "keys", "memory", "checks/s at peak", "(mean)", "us/check",
+             "Redis CPU", "shards", "(memory, checks)"]]  # fmt: skip
+    for c in plan.candidates:
+        r = c.redis
+        if r is None:
+            rows.append([c.limit_text, c.label, "0", "-", "0", "-", "-", "-", "0", "no checks"])
+            continue
+        cpu = "-" if r.redis_cpu_cores is None else f"{_rate(r.redis_cpu_cores)} cores"
+        rows.append([
+            c.limit_text, c.label, f"{r.keys:,}", format_bytes(r.memory_bytes),
+            f"{r.peak_checks_per_s:,}", f"({_rate(r.mean_checks_per_s)})",
+            "-" if r.us_per_check is None else f"{r.us_per_check:.1f}", cpu,
+            "-" if r.shards is None else str(r.shards),
+            f"({r.shards_for_memory}, {_or_dash(r.shards_for_checks)})",
+        ])  # fmt: skip
+    out += ["  " + line for line in _columns(rows, right=(2, 3, 4, 5, 6, 7, 8))]
+    return "\n".join(out)
