@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import http_inprocess
 from .checks import FLOORS
 
 
@@ -93,6 +94,8 @@ def lines(report: dict[str, Any]) -> list[str]:
         out += [""] + _logplan(report["logplan"])
     if "http" in report:
         out += [""] + _http(report["http"])
+    if "asgi" in report:
+        out += [""] + http_inprocess.summary_lines(report["asgi"])
     if "soak" in report:
         out += [""] + _soak(report["soak"])
     if "profile" in report:

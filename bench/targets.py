@@ -578,7 +578,7 @@ def _logplan_targets(lp: dict[str, Any]) -> list[dict]:
 
 def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Every target the report has figures for (a SKIP row with the reason otherwise)."""
-    from . import concurrency, http_latency, soak  # here: they build rows with _judged
+    from . import concurrency, http_inprocess, http_latency, soak  # they build rows with _judged
 
     rows: list[dict[str, Any]] = []
     cost = report.get("server_cost")
@@ -600,6 +600,8 @@ def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
         rows += _logplan_targets(report["logplan"])
     if "http" in report:
         rows += http_latency.targets(report["http"])
+    if "asgi" in report:
+        rows += http_inprocess.targets(report["asgi"])
     if "soak" in report:
         rows += soak.targets(report["soak"])
     return rows
