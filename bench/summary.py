@@ -147,6 +147,7 @@ def _http(h: dict[str, Any]) -> list[str]:
     out.append(
         f"added by the limiter (same-round medians): p50 {h['p50_added_ms']:+.2f} ms "
         f"({h['p50_ratio']:.2f}x), p99 {h['p99_added_ms']:+.2f} ms ({h['p99_ratio']:.2f}x)"
+        + (f"; requests/s {h['per_s_ratio']:.2f}x" if "per_s_ratio" in h else "")
     )
     if "pooled" in h:
         p = h["pooled"]
