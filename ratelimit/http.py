@@ -15,8 +15,9 @@ errors answered as `application/problem+json`.
 
 What a request goes through (`RateLimit.__call__`):
 
-1. **Identity.** The `x-api-key` header if present and not empty, else the client's
-   address. `X-Forwarded-For` is read only when the peer that connected is one of
+1. **Identity** (`ratelimit.identity.RequestIdentity`, built once per route). The
+   `x-api-key` header if present and not empty, else the client's address.
+   `X-Forwarded-For` is read only when the peer that connected is one of
    `trusted_proxies`: then the address is the right-most entry that is not itself a
    trusted proxy, so whatever a client writes to the left of what its proxies appended
    changes nothing. From any other peer the header is ignored. IPv6 addresses count per
