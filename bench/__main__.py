@@ -3,9 +3,10 @@
 Parts (see each module): checks (floors, our limiters, peers, check_many), sync,
 concurrency, cluster, server cost, memory per key, near-cache, replay, a big access
 log planned end to end (logplan), the limiter's added latency per HTTP request on the
-multi-worker demo app (http_latency) and a soak with API keys churning (soak). Uses
-REDIS_URL, else 127.0.0.1:6379 when it answers, else the embedded fakeredis (and
-says so). Writes build/bench/results.json, PNG figures and summary.txt (what it
+multi-worker demo app (http_latency), what the HTTP layer adds per request in process
+against a bare check and the HTTP peers (asgi: http_inprocess) and a soak with API keys
+churning (soak). Uses REDIS_URL, else 127.0.0.1:6379 when it answers, else the embedded
+fakeredis (and says so). Writes build/bench/results.json, PNG figures and summary.txt (what it
 prints: the tables and every target's verdict) beside it.
 
 `--record` measures nothing: it copies what the README's tables need from the latest
@@ -24,7 +25,7 @@ from . import plot, readme, suite, summary
 
 PARTS = (
     "checks", "sync", "concurrency", "cluster", "cost", "memory", "nearcache", "replay", "logplan",
-    "http", "soak",
+    "http", "asgi", "soak",
 )  # fmt: skip
 
 

@@ -12,8 +12,10 @@ work, one through the limiter and one without it:
 In interleaved rounds (both routes in each round, in a shuffled order), a fixed number
 of requests per route goes through the same number of keep-alive connections from the
 bench's own load generator (`ratelimit.devtools.load`), cycling over `API_KEYS` keys.
-Per round and route: the latencies' p50 and p99; the figures are medians over rounds of
-the same-round ratios (limited / unlimited) and differences (limited - unlimited, ms).
+Per round and route: the latencies' p50 and p99 and the requests answered per second;
+the figures are medians over rounds of the same-round ratios (limited / unlimited) and
+differences (limited - unlimited, ms). The limited route must keep at least
+`THROUGHPUT_TARGET` of the unlimited route's requests per second (a judged target).
 Beside them (`pooled`), each route's p50 and p99 over all its requests together.
 Everything runs on one machine: the load generator, the workers and Redis share its
 cores, so the milliseconds are loopback figures, the ratios what carries over.
@@ -40,6 +42,7 @@ ROUTES = {
     "unlimited": "/unlimited/tiles/3/{x}/{y}.png",
 }
 WARMUP = 200  # requests per route before the rounds: connections to every worker, scripts
+THROUGHPUT_TARGET = 0.85  # limited requests/s >= this x unlimited, same-round medians
 
 
 def _plan(route: str) -> Any:
@@ -124,6 +127,9 @@ def summarize(per_round: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         out[f"{q}_ratio_quartiles"] = quartiles(ratios)
         out[f"{q}_added_ms"] = statistics.median(added)
         out[f"{q}_added_ms_quartiles"] = quartiles(added)
+    speeds = [r["limited"]["per_s"] / r["unlimited"]["per_s"] for r in per_round]
+    out["per_s_ratio"] = statistics.median(speeds)
+    out["per_s_ratio_quartiles"] = quartiles(speeds)
     return out
 
 
@@ -163,12 +169,15 @@ def run(
 
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """INFO rows for the added latency (shown, not judged: no target was set), and a
-    judged row: every request to the limited route answered 200 (none 5xx, none lost)."""
+    """INFO rows for the added latency (shown, not judged: no target was set), and
+    judged rows: the limited route keeps >= `THROUGHPUT_TARGET` of the unlimited
+    route's requests per second, and every request to it answered 200 (none 5xx, none
+    lost)."""
     names = [
         "HTTP p50 latency, limited route vs unlimited (multi-worker app)",
         "HTTP p99 latency, limited route vs unlimited (multi-worker app)",
         "HTTP, limited route: requests answered 200",
+        "HTTP requests/s, limited route vs unlimited (multi-worker app)",
     ]
     if "skipped" in report:
         return [skip(name, report["skipped"]) for name in names]
@@ -183,6 +192,15 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             "part": "http",
         }
         rows.append(judged(row, None))
+    if "per_s_ratio" in report:  # (reports from before the throughput target lack it)
+        row = {
+            "target": names[3],
+            "value": report["per_s_ratio"],
+            "unit": "x",
+            "quartiles": report["per_s_ratio_quartiles"],
+            "part": "http",
+        }
+        rows.append(judged(row, THROUGHPUT_TARGET))
     limited = report["routes"]["limited"]["statuses"]
     sent = sum(limited.values())
     ok = limited.get("200", 0)

@@ -96,6 +96,7 @@ def _compiled(c: dict[str, Any]) -> dict[str, Any]:
 _HTTP_FIELDS = (
     "skipped", "workers", "connections", "rounds", "requests_per_route_per_round", "api_keys",
     "server", "routes", "p50_ratio", "p99_ratio", "p50_added_ms", "p99_added_ms", "pooled",
+    "per_s_ratio",
 )  # fmt: skip
 _SOAK_FIELDS = (
     "skipped", "seconds", "rate", "workers", "window_s", "limit", "requests_per_key", "requests",
@@ -439,7 +440,7 @@ def _http_table(h: dict[str, Any] | None) -> list[str]:
             "unlimited)",
             f"{h['p50_added_ms']:+.2f} ({_x(h['p50_ratio'])}x)",
             f"{h['p99_added_ms']:+.2f} ({_x(h['p99_ratio'])}x)",
-            "",
+            f"{_x(h['per_s_ratio'])}x" if "per_s_ratio" in h else "",
         ]
     )
     if "pooled" in h:

@@ -4,7 +4,9 @@ Parts that cannot run here say why in the report instead of failing the run: the
 peers without their packages or on fakeredis, the cluster when none is up (neither
 `RATELIMIT_CLUSTER_URL` nor a running `make cluster-up`), memory and server cost
 without a real server, http and soak without redis-server (they start their own,
-whatever the other parts use) or the http extra. Each part's duration is recorded (`timings_s`).
+whatever the other parts use) or the http extra; asgi (the HTTP layer in process)
+without the http extra, or with neither redis-server nor a Redis URL. Each part's
+duration is recorded (`timings_s`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from . import (
     cluster,
     concurrency,
     hotpath,
+    http_inprocess,
     http_latency,
     logplan,
     memory_per_key,
@@ -74,6 +77,10 @@ class Options:
     http_requests: int = 300
     http_workers: int = http_latency.WORKERS
     http_connections: int = http_latency.CONNECTIONS
+    # asgi: one app in process (httpx's ASGI transport); interleaved rounds of requests
+    # per case (unlimited, ours, a bare check, the HTTP peers)
+    asgi_rounds: int = 21
+    asgi_requests: int = 400
     # soak: steady paced load with API keys churning, then idle until they expired
     soak_seconds: float = soak.SECONDS
     soak_rate: float = soak.RATE
@@ -92,6 +99,7 @@ class Options:
             "replay",
             "logplan",
             "http",
+            "asgi",
             "soak",
         }
     )
@@ -116,6 +124,8 @@ class Options:
             http_rounds=2,
             http_requests=40,
             http_workers=2,
+            asgi_rounds=2,
+            asgi_requests=40,
             soak_seconds=3.0,
             soak_rate=100.0,
             soak_window_s=1,
@@ -285,6 +295,9 @@ def run(options: Options | None = None, url: str | None = "auto") -> dict[str, A
             report["http"] = http_latency.run(
                 o.http_rounds, o.http_requests, o.http_workers, o.http_connections
             )
+    if "asgi" in o.parts:
+        with timer.part("asgi"):
+            report["asgi"] = http_inprocess.run(o.asgi_rounds, o.asgi_requests, url)
     if "soak" in o.parts:
         with timer.part("soak"):
             report["soak"] = soak.run(o.soak_seconds, o.soak_rate, o.soak_window_s, o.http_workers)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import http_inprocess
 from .checks import FLOORS
 
 
@@ -93,6 +94,8 @@ def lines(report: dict[str, Any]) -> list[str]:
         out += [""] + _logplan(report["logplan"])
     if "http" in report:
         out += [""] + _http(report["http"])
+    if "asgi" in report:
+        out += [""] + http_inprocess.summary_lines(report["asgi"])
     if "soak" in report:
         out += [""] + _soak(report["soak"])
     if "profile" in report:
@@ -144,6 +147,7 @@ def _http(h: dict[str, Any]) -> list[str]:
     out.append(
         f"added by the limiter (same-round medians): p50 {h['p50_added_ms']:+.2f} ms "
         f"({h['p50_ratio']:.2f}x), p99 {h['p99_added_ms']:+.2f} ms ({h['p99_ratio']:.2f}x)"
+        + (f"; requests/s {h['per_s_ratio']:.2f}x" if "per_s_ratio" in h else "")
     )
     if "pooled" in h:
         p = h["pooled"]

@@ -97,7 +97,12 @@ class Tile:
     y: int
 
 
-def tile_params(
+# The parameter and cost dependencies below are `async def` although they never wait:
+# FastAPI runs a plain `def` dependency in its thread pool, a hand-off per request that
+# costs more than all they compute.
+
+
+async def tile_params(
     z: Annotated[int, PathParam(ge=0, le=MAX_ZOOM, description="zoom level")],
     x: Annotated[int, PathParam(ge=0, description="column, 0 .. 2^z - 1")],
     y: Annotated[int, PathParam(ge=0, description="row, 0 .. 2^z - 1")],
@@ -119,7 +124,7 @@ def tile_params(
     return Tile(z, x, y)
 
 
-def tile_cost(tile: Annotated[Tile, Depends(tile_params)]) -> int:
+async def tile_cost(tile: Annotated[Tile, Depends(tile_params)]) -> int:
     """Every tile costs 1; depending on `tile_params` validates the path before pricing."""
     return 1
 
@@ -150,7 +155,7 @@ class WithinQuery:
     radius: float
 
 
-def within_params(
+async def within_params(
     lng: Annotated[float, Query(ge=-180, le=180, allow_inf_nan=False, description="degrees")],
     lat: Annotated[float, Query(ge=-90, le=90, allow_inf_nan=False, description="degrees")],
     radius: Annotated[
@@ -223,7 +228,7 @@ def create_app(
     )
     max_cost = min(GEOFENCE_MAX_COST, within_limit)
 
-    def within_cost(query: Annotated[WithinQuery, Depends(within_params)]) -> int:
+    async def within_cost(query: Annotated[WithinQuery, Depends(within_params)]) -> int:
         return geofence_cost(query.radius, max_cost=max_cost)
 
     limits = {

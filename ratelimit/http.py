@@ -15,8 +15,9 @@ errors answered as `application/problem+json`.
 
 What a request goes through (`RateLimit.__call__`):
 
-1. **Identity.** The `x-api-key` header if present and not empty, else the client's
-   address. `X-Forwarded-For` is read only when the peer that connected is one of
+1. **Identity** (`ratelimit.identity.RequestIdentity`, built once per route). The
+   `x-api-key` header if present and not empty, else the client's address.
+   `X-Forwarded-For` is read only when the peer that connected is one of
    `trusted_proxies`: then the address is the right-most entry that is not itself a
    trusted proxy, so whatever a client writes to the left of what its proxies appended
    changes nothing. From any other peer the header is ignored. IPv6 addresses count per
@@ -86,22 +87,29 @@ a dependency set) take the dependency's value, a `RateLimitInfo`, and pass
 from __future__ import annotations
 
 import inspect
-import ipaddress
 import logging
 import math
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import HTTPException, Request, Response
 from fastapi.params import Depends as DependsParam
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from . import keys, validation
 from .decision import Decision
 from .errors import RateLimiterUnavailable
+from .identity import (
+    API_KEY_HEADER,
+    MAX_API_KEY_BYTES,
+    BadIdentity,
+    ClientIdentity,
+    RequestIdentity,
+    route_identity,
+    route_identity_prefix,
+)
 
 __all__ = [
     "API_KEY_HEADER",
@@ -127,9 +135,6 @@ log = logging.getLogger("ratelimit.http")
 PROBLEM_JSON = "application/problem+json"
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 """Problem type for 429, as registered by draft-ietf-httpapi-ratelimit-headers."""
-API_KEY_HEADER = "x-api-key"
-MAX_API_KEY_BYTES = 256
-MAX_HEADER_BYTES = 65_536  # more than any server accepts in one header field
 DEGRADED_HEADER = "X-RateLimit-Degraded"
 RETRY_AFTER_MS_HEADER = "Retry-After-Ms"
 DRAFT = "draft-ietf-httpapi-ratelimit-headers-11"
@@ -137,6 +142,11 @@ DRAFT = "draft-ietf-httpapi-ratelimit-headers-11"
 UNAVAILABLE_RETRY_AFTER_S = 1
 
 _SCOPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# The fields an admitted request carries, by the names ASGI sends (lower-case bytes).
+_RAW_NAMES = {
+    name: name.lower().encode()
+    for name in ("RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+}
 
 CostFunction = Callable[[Request], int | Awaitable[int]]
 
@@ -194,53 +204,6 @@ async def _problem_handler(request: Request, exc: Exception) -> Response:
 def install(app: Any) -> None:
     """Answer every `Problem` (429, 503, 400, 431 from `RateLimit`) as problem+json."""
     app.add_exception_handler(Problem, _problem_handler)
-
-
-# --- who is asking ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ClientIdentity:
-    """Who a request is counted against: an API key, or a client address."""
-
-    kind: Literal["key", "address"]
-    value: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.value}"
-
-
-def _networks(values: Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    if isinstance(values, str):
-        values = [values]
-    networks = []
-    for value in values:
-        try:
-            networks.append(ipaddress.ip_network(str(value).strip(), strict=False))
-        except ValueError:
-            raise ValueError(
-                f"trusted_proxies must hold IP addresses or networks, got {value!r}"
-            ) from None
-    return tuple(networks)
-
-
-def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """An address from a peer or an X-Forwarded-For entry (ports and brackets allowed)."""
-    text = text.strip().strip('"')
-    if text.startswith("["):  # "[2001:db8::1]:443"
-        text = text[1:].split("]", 1)[0]
-    elif text.count(":") == 1:  # "192.0.2.1:443"
-        text = text.split(":", 1)[0]
-    try:
-        ip = ipaddress.ip_address(text)
-    except ValueError:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped
-        if ip.scope_id is not None:  # "fe80::1%eth0": the zone names our interface, not
-            return ipaddress.IPv6Address(ip.packed)  # the client; "%1", "%2" are one host
-    return ip
 
 
 # --- from a check to a status -------------------------------------------------------------
@@ -324,23 +287,25 @@ class RateLimit:
             )
         if not callable(getattr(limiter, "check", None)):
             raise ValueError(f"limiter must have a check(identity, cost) method, got {limiter!r}")
-        max_api_key_bytes = validation.positive_int(
-            "max_api_key_bytes", max_api_key_bytes, MAX_HEADER_BYTES
+        self.identities = RequestIdentity(
+            api_key_header=api_key_header,
+            max_api_key_bytes=max_api_key_bytes,
+            trusted_proxies=trusted_proxies,
+            ipv6_prefix=ipv6_prefix,
         )
-        ipv6_prefix = validation.positive_int("ipv6_prefix", ipv6_prefix, 128)
         self.limiter = limiter
         self.scope = scope
-        self.trusted_proxies = _networks(trusted_proxies)
-        self.api_key_header = api_key_header.lower().encode("latin-1") if api_key_header else None
-        self.max_api_key_bytes = max_api_key_bytes
-        self.ipv6_prefix = ipv6_prefix
         self.legacy_headers = bool(legacy_headers)
         self.retry_after_ms_header = bool(retry_after_ms_header)
         self._check_is_async = inspect.iscoroutinefunction(limiter.check)
+        # What every request's identity and RateLimit field start with, made once.
+        self._asks = {kind: route_identity_prefix(scope, kind) for kind in ("key", "address")}
+        self._remaining = f'"{scope}";r='
 
         # The draft's window is whole seconds; a sub-second window is advertised as 1 s.
         self.window_s = max(1, math.ceil(limiter.window_ms / 1000))
         self.policy = f'"{scope}";q={limiter.limit};w={self.window_s}'
+        self._raw_policy = (b"ratelimit-policy", self.policy.encode("latin-1"))
 
         self._fixed_cost: int | None = None
         self._cost_function: CostFunction | None = None
@@ -371,58 +336,44 @@ class RateLimit:
 
     # -- identity ---------------------------------------------------------------------
 
+    @property
+    def trusted_proxies(self) -> tuple[Any, ...]:
+        """The networks whose `X-Forwarded-For` is believed."""
+        return self.identities.trusted_proxies
+
+    @property
+    def api_key_header(self) -> bytes | None:
+        """The API key header's name, lower-case (None: addresses only)."""
+        return self.identities.api_key_header
+
+    @property
+    def max_api_key_bytes(self) -> int:
+        return self.identities.max_api_key_bytes
+
+    @property
+    def ipv6_prefix(self) -> int:
+        return self.identities.ipv6_prefix
+
     def identify(self, request: Request) -> ClientIdentity:
         """The API key, else the client address (see the module doc); 400/431 if unusable."""
-        if self.api_key_header is not None:
-            keys = [
-                v for k, v in request.scope.get("headers", ()) if k.lower() == self.api_key_header
-            ]
-            if len(keys) > 1:
-                raise self._bad_request(400, "Bad Request", "send at most one API key header")
-            if keys and keys[0].strip():
-                key = keys[0].strip()
-                if len(key) > self.max_api_key_bytes:
-                    raise self._bad_request(
-                        431,
-                        "Request Header Fields Too Large",
-                        f"the API key is {len(key)} bytes long; at most "
-                        f"{self.max_api_key_bytes} are accepted",
-                    )
-                return ClientIdentity("key", key.decode("latin-1"))
-        return ClientIdentity("address", self.client_address(request))
+        scope = request.scope
+        client = scope.get("client")
+        try:
+            return self.identities.of(scope.get("headers", ()), client[0] if client else None)
+        except BadIdentity as exc:
+            raise self._bad_request(exc.status, exc.title, exc.detail) from None
 
     def client_address(self, request: Request) -> str:
         """The client's address: the peer, or what trusted proxies say it forwarded for."""
-        peer = _parse_ip(request.client.host) if request.client else None
-        if peer is None:
-            return request.client.host if request.client and request.client.host else "unknown"
-        address = peer
-        if self._trusted(peer):
-            forwarded = ",".join(request.headers.getlist("x-forwarded-for"))
-            hops = [hop for hop in forwarded.split(",") if hop.strip()]
-            # Right to left: each trusted hop vouches for the entry before it. Stop at the
-            # first hop that is not a trusted proxy; anything further left is the client's
-            # own say. An entry that is not an address ends the walk at the hop that wrote it.
-            for hop in reversed(hops):
-                ip = _parse_ip(hop)
-                if ip is None:
-                    break
-                address = ip
-                if not self._trusted(ip):
-                    break
-        return self._group(address)
-
-    def _trusted(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-        return any(ip in network for network in self.trusted_proxies)
-
-    def _group(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-        return keys.address_identity(ip, self.ipv6_prefix)
+        scope = request.scope
+        client = scope.get("client")
+        return self.identities.address(scope.get("headers", ()), client[0] if client else None)
 
     def limiter_identity(self, identity: ClientIdentity) -> str:
         """What the limiter is asked about: the scope and the identity
-        (`ratelimit.keys.route_identity`), so routes never share a budget even when they
-        share a limiter's prefix."""
-        return keys.route_identity(self.scope, identity.kind, identity.value)
+        (`ratelimit.identity.route_identity`), so routes never share a budget even when
+        they share a limiter's prefix."""
+        return route_identity(self.scope, identity.kind, identity.value)
 
     def key_for(self, api_key: str | None = None, *, address: str | None = None) -> str:
         """The Redis key holding the budget of `api_key` (or of `address`) in this scope.
@@ -448,17 +399,18 @@ class RateLimit:
 
     def headers_for(self, decision: Decision) -> dict[str, str]:
         """The rate-limit header fields for a decision (Retry-After when rejected)."""
-        headers = {"RateLimit-Policy": self.policy}
         if decision.degraded:
-            return headers
-        remaining = max(0, decision.remaining)
-        state = f'"{self.scope}";r={remaining}'
-        window_ms = self.effective_window_ms(decision)
+            return {"RateLimit-Policy": self.policy}
+        remaining = decision.remaining if decision.remaining > 0 else 0
         if not decision.allowed:
-            state += f";t={decision.retry_after}"
-        elif window_ms is not None:
-            state += f";t={-(-window_ms // 1000)}"  # whole seconds, rounded up
-        headers["RateLimit"] = state
+            state = f"{self._remaining}{remaining};t={decision.retry_after}"
+        else:
+            window_ms = self.effective_window_ms(decision)
+            if window_ms is None:
+                state = f"{self._remaining}{remaining}"
+            else:  # whole seconds, rounded up
+                state = f"{self._remaining}{remaining};t={-(-window_ms // 1000)}"
+        headers = {"RateLimit-Policy": self.policy, "RateLimit": state}
         if self.legacy_headers:
             # The older drafts' reset: seconds until the quota is whole again.
             reset = decision.reset_after if decision.allowed else decision.retry_after
@@ -476,25 +428,52 @@ class RateLimit:
     async def __call__(
         self, request: Request, response: Response, cost: Any = None
     ) -> RateLimitInfo:
-        identity = self.identify(request)
-        cost = await self._cost(request, cost)
-        decision = await self._check(request, identity, cost)
+        # The admitted request is the one to make cheap: no work here that a 200 does
+        # not need (problem bodies and log lines are built only when they are sent).
+        scope = request.scope
+        client = scope.get("client")
+        headers_in = scope.get("headers", ())
+        try:
+            identity = self.identities.of(headers_in, client[0] if client else None)
+        except BadIdentity as exc:
+            raise self._bad_request(exc.status, exc.title, exc.detail) from None
+        if self._fixed_cost is not None:
+            cost = self._fixed_cost
+        else:
+            cost = await self._cost(request, cost)
+        who = self._asks[identity.kind] + identity.value  # = self.limiter_identity(identity)
+        try:
+            if self._check_is_async:
+                decision = await self.limiter.check(who, cost)
+            else:
+                decision = await run_in_threadpool(self.limiter.check, who, cost)
+        except Exception as exc:  # never a 500 because the limiter failed
+            decision = self._failed(request, exc)
+        else:
+            if decision.degraded:
+                self._warn(request, decision, "")
         headers = self.headers_for(decision)
         if decision.degraded:
             headers[DEGRADED_HEADER] = "fail-closed" if not decision.allowed else "fail-open"
-        status = status_for(decision)
-        if status == 503:
-            raise self._unavailable(decision, headers)
-        if status == 429:
+        if not decision.allowed:
+            if status_for(decision) == 503:
+                raise self._unavailable(decision, headers)
             raise self._too_many(decision, cost, headers)
-        response.headers.update(headers)
+        out = response.headers
+        if out.raw:  # another dependency set some: replace theirs of the same name
+            out.update(headers)
+        else:
+            out.raw.append(self._raw_policy)
+            for name, value in headers.items():
+                if name != "RateLimit-Policy":
+                    raw_name = _RAW_NAMES.get(name) or name.lower().encode("latin-1")
+                    out.raw.append((raw_name, value.encode("latin-1")))
         info = RateLimitInfo(self.scope, identity, cost, decision, headers)
-        request.state.rate_limit = info
+        # As `request.state.rate_limit = info` does, without building a State.
+        scope.setdefault("state", {})["rate_limit"] = info
         return info
 
     async def _cost(self, request: Request, solved: Any) -> int:
-        if self._fixed_cost is not None:
-            return self._fixed_cost
         value = solved
         if self._cost_function is not None:
             try:
@@ -516,35 +495,29 @@ class RateLimit:
             )
         return value
 
-    async def _check(self, request: Request, identity: ClientIdentity, cost: int) -> Decision:
-        who = self.limiter_identity(identity)
-        reason = ""
-        try:
-            if self._check_is_async:
-                decision = await self.limiter.check(who, cost)
-            else:
-                decision = await run_in_threadpool(self.limiter.check, who, cost)
-        except RateLimiterUnavailable as exc:  # on_error="raise"
+    def _failed(self, request: Request, exc: Exception) -> Decision:
+        """The decision when the check raised, under the limiter's policy, and logged."""
+        if isinstance(exc, RateLimiterUnavailable):  # on_error="raise"
             reason = f": {exc}"
-            decision = decision_for(exc, self.limiter)
-        except Exception as exc:  # anything else: never a 500 because the limiter failed
+        else:  # anything else is treated like an unavailable Redis
             reason = f": rate limit check failed: {type(exc).__name__}: {exc}"
-            decision = decision_for(exc, self.limiter)
-        if decision.degraded:
-            outcome = (
-                "let through unchecked (fail-open)"
-                if decision.allowed
-                else "answered 503 (fail-closed)"
-            )
-            log.warning(
-                "rate limiter unavailable: %s %s %s, scope %s%s",
-                request.method,
-                request.url.path,
-                outcome,
-                self.scope,
-                reason,
-            )
+        decision = decision_for(exc, self.limiter)
+        self._warn(request, decision, reason)
         return decision
+
+    def _warn(self, request: Request, decision: Decision, reason: str) -> None:
+        if decision.allowed:
+            outcome = "let through unchecked (fail-open)"
+        else:
+            outcome = "answered 503 (fail-closed)"
+        log.warning(
+            "rate limiter unavailable: %s %s %s, scope %s%s",
+            request.method,
+            request.url.path,
+            outcome,
+            self.scope,
+            reason,
+        )
 
     def _too_many(self, decision: Decision, cost: int, headers: dict[str, str]) -> Problem:
         retry = decision.retry_after

@@ -33,6 +33,7 @@ def assert_verdicts_follow(rows: list[dict]) -> None:
             assert t["threshold"] is None and t["pass"] is None
             continue
         meets = {
+            ">=": t["value"] >= t["threshold"],
             "<=": t["value"] <= t["threshold"],
             "==": t["value"] == t["threshold"],
         }[t["op"]]
@@ -77,9 +78,13 @@ def test_quick_http_part_measures_both_routes_in_the_same_rounds(servers_allowed
         assert pooled[f"{q}_added_ms"] == pytest.approx(limited - unlimited)
         assert pooled[f"{q}_ratio"] == pytest.approx(limited / unlimited)
     rows = targets.judge({"http": report})
-    assert [t["verdict"] for t in rows] == ["INFO", "INFO", "PASS"]
+    assert [t["verdict"] for t in rows[:2]] + [rows[3]["verdict"]] == ["INFO", "INFO", "PASS"]
     assert rows[0]["value"] == report["p50_ratio"] and rows[1]["value"] == report["p99_ratio"]
-    assert rows[2]["value"] == rows[2]["threshold"] == o.http_rounds * o.http_requests
+    # Requests per second, limited over unlimited: judged on the same-round median.
+    speeds = [x["limited"]["per_s"] / x["unlimited"]["per_s"] for x in per_round]
+    assert rows[2]["value"] == pytest.approx(statistics.median(speeds))
+    assert rows[2]["threshold"] == http_latency.THROUGHPUT_TARGET and rows[2]["op"] == ">="
+    assert rows[3]["value"] == rows[3]["threshold"] == o.http_rounds * o.http_requests
     assert_verdicts_follow(rows)
     json.dumps(report)
     # Printed and rendered like the other parts.
@@ -134,7 +139,7 @@ def test_quick_soak_reports_memory_before_at_peak_and_after_expiry(servers_allow
 def test_skipped_parts_say_why_in_every_row() -> None:
     why = "skipped: redis-server is not installed (a private one is needed)"
     rows = http_latency.targets({"skipped": why}) + soak.targets({"skipped": why})
-    assert len(rows) == 5 and all(t["verdict"] == "SKIP" and t["skipped"] == why for t in rows)
+    assert len(rows) == 6 and all(t["verdict"] == "SKIP" and t["skipped"] == why for t in rows)
     text = readme.render({"http": {"skipped": why}, "soak": {"skipped": why}})
     assert f"HTTP, the demo app under uvicorn workers: {why}" in text
     assert f"soak, API keys churning: {why}" in text

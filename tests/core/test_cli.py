@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import ratelimit
-from ratelimit import keys
+from ratelimit import identity, keys
 from ratelimit.__main__ import main
 
 
@@ -44,7 +44,7 @@ def test_key_matches_every_limiter_of_the_same_options(capsys, algorithm):
         flags = ["--readable-keys"] if readable else []
         printed = run(capsys, "key", "k-1", "--scope", "s", "--prefix", "svc",
                       "--algorithm", algorithm, *flags)  # fmt: skip
-        assert printed == limiter.key_for(keys.route_identity("s", "key", "k-1"))
+        assert printed == limiter.key_for(identity.route_identity("s", "key", "k-1"))
         assert printed.startswith(f"svc:{spec.name}:")
 
 
@@ -58,11 +58,11 @@ def test_the_route_identity_is_built_in_one_place():
     assert (
         route.limiter_identity(who)
         == "geofence:key:demo"
-        == keys.route_identity("geofence", "key", "demo")
+        == identity.route_identity("geofence", "key", "demo")
     )
     assert route.key_for("demo") == keys.route_key("demo", scope="geofence")
     with pytest.raises(ValueError, match="kind"):
-        keys.route_identity("geofence", "user", "demo")
+        identity.route_identity("geofence", "user", "demo")
 
 
 @pytest.mark.parametrize(

@@ -409,6 +409,73 @@ def test_client_address_without_a_peer():
     assert limit.client_address(request) == "2001:db8::1"
 
 
+class AskedLimiter:
+    """A limiter that admits everything and records what it was asked about."""
+
+    limit = 10
+    window_ms = 1000
+    on_error = "deny"
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, int]] = []
+
+    def validate_cost(self, cost: int) -> int:
+        return cost
+
+    async def check(self, identity: str, cost: int = 1) -> Decision:
+        self.asked.append((identity, cost))
+        return Decision(True, self.limit, self.limit - cost, 0, 1000)
+
+
+async def test_the_limiter_is_asked_about_the_route_identity():
+    from ratelimit.identity import route_identity
+
+    limiter = AskedLimiter()
+    app = small_app(limiter, scope="maps")
+    async with http(app, peer="2001:db8::7") as c:
+        by_key = await c.get("/thing", headers={"x-api-key": "k-1"})
+        by_address = await c.get("/thing")
+    assert by_key.json()["identity"] == "key:k-1"
+    assert by_address.json()["identity"] == "address:2001:db8::/64"
+    assert limiter.asked == [
+        (route_identity("maps", "key", "k-1"), 1),
+        (route_identity("maps", "address", "2001:db8::/64"), 1),
+    ]
+
+
+async def test_the_admitted_request_leaves_its_info_in_the_request_state():
+    app = FastAPI()
+    limit = rate_limit(AskedLimiter(), scope="maps")
+
+    @app.get("/thing", dependencies=[Depends(limit)])
+    async def thing(request: Request) -> dict[str, object]:
+        info = request.state.rate_limit
+        return {"scope": info.scope, "remaining": info.decision.remaining}
+
+    async with http(app) as c:
+        r = await c.get("/thing", headers={"x-api-key": "k"})
+    assert r.json() == {"scope": "maps", "remaining": 9}
+
+
+async def test_two_limits_on_one_route_send_each_field_once_the_last_ones():
+    app = FastAPI()
+    first = rate_limit(AskedLimiter(), scope="first", legacy_headers=True)
+    second = rate_limit(AskedLimiter(), scope="second")
+
+    @app.get("/thing", dependencies=[Depends(first), Depends(second)])
+    async def thing() -> dict[str, bool]:
+        return {"ok": True}
+
+    async with http(app) as c:
+        r = await c.get("/thing", headers={"x-api-key": "k"})
+    fields = [(k.lower(), v) for k, v in r.headers.multi_items()]
+    assert fields.count(("ratelimit-policy", '"second";q=10;w=1')) == 1
+    assert fields.count(("ratelimit", '"second";r=9')) == 1
+    assert [k for k, _ in fields].count("ratelimit") == 1
+    # The first limit's legacy fields, which the second does not send, stay.
+    assert r.headers["ratelimit-remaining"] == "9"
+
+
 # --- malformed requests --------------------------------------------------------------------
 
 
