@@ -29,10 +29,7 @@ import hashlib
 import re
 
 from . import algorithms, validation
-
-# address_identity: the lab's access-log reader still asks for it here; its home is
-# `identity`, with the rest of how a request's identity is derived.
-from .identity import address_identity, route_identity  # noqa: F401
+from .identity import route_identity
 
 READABLE_CHARS = 24
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@-]")

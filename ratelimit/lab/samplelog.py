@@ -9,7 +9,7 @@ on-off client and a geofence client whose look-ups cost by radius (`example_cost
 them from the ``radius_m`` in the path, as `ratelimit.costs.geofence_cost` does). The
 ``user`` field holds each client's API key; the ``host`` field its address, IPv4 for most,
 IPv6 for some, and one client (``heavy-2``) rotates through four addresses of one IPv6 /64,
-which `ratelimit.keys.address_identity` counts as one client. Two servers answer, one
+which `ratelimit.identity.address_identity` counts as one client. Two servers answer, one
 writing times at UTC+01:00, the other at UTC-05:00, and the log is the two merged in the
 order requests finished, so lines are a little out of time order, as real logs are.
 `example_requests(seed)` is what the generators produced: the requests the log holds.

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit import keys
+from ratelimit import identity
 from ratelimit.lab.accesslog import FORMATS, LogFormatError, LogReader, blocks, detect_format, read
 from ratelimit.lab.accesslog.problems import EXAMPLES_PER_REASON, EXCERPT_CHARS
 from ratelimit.lab.timebase import seconds_to_ms
@@ -250,7 +250,7 @@ def test_ipv6_grouped_per_prefix_and_ipv4_as_is(tmp_path):
         expected = [network(a, prefix) for a in addresses[:5]] + ["192.0.2.10"]
         assert trace["identity"].tolist() == expected
         # The HTTP layer's helper says the same.
-        assert expected == [keys.address_identity(a, prefix) for a in addresses]
+        assert expected == [identity.address_identity(a, prefix) for a in addresses]
     trace, _ = read(path)
     assert trace["identity"].nunique() == 4
 

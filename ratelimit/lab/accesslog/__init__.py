@@ -27,7 +27,7 @@ identity, cost or time field that the log does not have.
 
 Identity: the field named by ``identity``; by default the client address (``host``, or
 for jsonl and csv the first present of `ADDRESS_FIELDS`). A value that is an IP address
-counts as `ratelimit.keys.address_identity` says, exactly as the HTTP layer counts it:
+counts as `ratelimit.identity.address_identity` says, exactly as the HTTP layer counts it:
 IPv6 per /64 (``ipv6_prefix``), IPv4 as itself. A missing value (empty or ``-``) makes the
 line a bad line. Cost: 1 by default; or the integer field named by ``cost``; or
 ``cost(fields)`` for a callable that takes the line's fields (a dict of their text, for

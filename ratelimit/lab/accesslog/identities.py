@@ -1,5 +1,5 @@
 """Identities as dense codes shared by all chunks: a compiled hash table of the raw
-values met so far, each counted as `ratelimit.keys.address_identity` counts it."""
+values met so far, each counted as `ratelimit.identity.address_identity` counts it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
-from ratelimit import keys
+from ratelimit import identity
 
 
 @njit(cache=True)
@@ -68,7 +68,7 @@ _MAYBE_IP = re.compile(r"[0-9A-Fa-f:.]+(%[^\s%]+)?")
 class _Identities:
     """Dense codes for identities, shared by all chunks: raw text -> identity -> code.
 
-    A raw value that is an IP address counts as its `keys.address_identity`, so the
+    A raw value that is an IP address counts as its `identity.address_identity`, so the
     addresses of one IPv6 /64 share one code."""
 
     def __init__(self, ipv6_prefix: int) -> None:
@@ -90,7 +90,7 @@ class _Identities:
     def name(self, raw: str) -> str:
         if len(raw) <= 64 and _MAYBE_IP.fullmatch(raw):
             try:
-                return keys.address_identity(raw, self.ipv6_prefix)
+                return identity.address_identity(raw, self.ipv6_prefix)
             except ValueError:
                 pass
         return raw
