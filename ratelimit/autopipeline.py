@@ -60,19 +60,60 @@ class AutoPipeline:
         self._cluster = cluster
         self._open: _Batch | None = None
         self._flushing: set[asyncio.Task] = set()  # strong references while they run
-        # Checks of this client sent and not answered yet, lone (the limiter counts
-        # them, see AsyncLimiter.check) or in a flush.
-        self.busy = 0
+        # What is in flight on `_loop` (the counters of a loop that is gone are dropped):
+        # checks sent alone (the limiter counts them, see AsyncLimiter.check), flushes,
+        # and the flushes waiting for the lone checks to be answered.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.lone = 0
+        self._flights = 0
+        self._waiters: list[asyncio.Future] = []
+        # The loop whose current turn runs the tasks a flush just answered (see `_woke`).
+        self._waking: asyncio.AbstractEventLoop | None = None
         self._starting = False  # inside `submit`'s create_task (see `_flush`)
+
+    def _here(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a new loop: what the old one had in flight is gone
+            self._loop, self.lone, self._flights, self._waiters = loop, 0, 0, []
+        return loop
 
     def alone(self) -> bool:
         """True when a check made now may go at once, on its own: none of this
-        client's checks is waiting for Redis and no batch is open, so nothing would
-        share its round trip yet. Otherwise it joins a batch (`submit`)."""
-        if self.busy:
+        client's checks is waiting for Redis, no batch is open, and this turn is not
+        the one in which the tasks a flush just answered run (they make their next
+        checks together). Otherwise it joins a batch (`submit`)."""
+        loop = self._here()
+        if self.lone or self._flights or self._waking is loop:
             return False
         batch = self._open
-        return batch is None or batch.loop is not asyncio.get_running_loop()
+        return batch is None or batch.loop is not loop
+
+    def lone_done(self) -> None:
+        """A check sent alone has its answer (or gave up): the batches made meanwhile,
+        which wait for it so that Redis decides it first, may go."""
+        self.lone = max(0, self.lone - 1)  # (0 already if its loop was replaced)
+        if not self.lone:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def _after_lone(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait until the checks sent alone on `loop` have their answers."""
+        while self.lone and self._loop is loop:
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            await waiter
+
+    def _woke(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Mark the next turn as the one in which the tasks just answered run: their
+        wake-ups are queued already, and this call's clearing comes after them."""
+        self._waking = loop
+        loop.call_soon(self._woken, loop)
+
+    def _woken(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._waking is loop:
+            self._waking = None
 
     def submit(self, limiter: Any, keys: list[Any], args: list[Any]) -> asyncio.Future:
         """Queue one script call; the future gets the script's raw reply or the error
@@ -108,28 +149,32 @@ class AutoPipeline:
         return future
 
     async def _flush(self, batch: _Batch) -> None:
+        loop = self._here()
         if self._starting:
             # An eager task factory runs a new task at once, inside `submit`: the
             # checks of this turn have not joined yet. Go on next turn, as a task
             # started the usual way does.
             await asyncio.sleep(0)
-        if self._open is batch:
-            self._open = None
-        # A caller that gave up (timeout, cancellation) before the send is left out:
-        # its request is never counted.
-        entries = [e for e in batch.entries if not e[3].done()]
-        if not entries:
-            return
-        self.busy += 1
+        self._flights += 1
+        entries = batch.entries
         try:
             # Past the last caller's deadline nobody waits for an answer: stop, and
             # free the connection (a client without socket timeouts would hang).
             async with asyncio.timeout_at(batch.deadline):
+                # Checks sent alone before this batch are decided first, as made: the
+                # batch goes once they are answered (and takes in the checks made
+                # meanwhile).
+                await self._after_lone(loop)
+                if self._open is batch:
+                    self._open = None
+                # A caller that gave up (timeout, cancellation) before the send is
+                # left out: its request is never counted.
+                entries = [e for e in batch.entries if not e[3].done()]
                 if len(entries) == 1:
                     await _single(entries[0])
                 elif self._cluster:
                     await _cluster(entries, batch.waiting)
-                else:
+                elif entries:
                     await _plain(entries, batch.waiting)
         except asyncio.CancelledError:
             for entry in entries:
@@ -139,7 +184,12 @@ class AutoPipeline:
             for entry in entries:
                 _settle(entry[3], exc)
         finally:
-            self.busy -= 1
+            if self._open is batch:  # (given up before it was sent)
+                self._open = None
+            if self._loop is loop:
+                self._flights -= 1
+            if entries:
+                self._woke(loop)
 
 
 def _settle(future: asyncio.Future, reply: Any) -> None:

@@ -71,13 +71,13 @@ def _max_idle(pool: Any) -> int:
 # The RESP text of a command's first three arguments (a script call's name, SHA or
 # text, and key count), packed once per encoding and distinct triple: few scripts, few
 # commands.
-_HEADS: dict[tuple[str, tuple[Any, ...]], bytes] = {}
+_HEADS: dict[str, dict[tuple[Any, ...], bytes]] = {}
 _MAX_HEADS = 256
 
 
-def _bulks(args: Any, encoding: str, errors: str) -> bytes | None:
-    """RESP bulk strings of `args`; None if one is not bytes, text or an integer."""
-    out = []
+def _add_bulks(out: list[bytes], args: Any, encoding: str, errors: str) -> bool:
+    """Append the RESP bulk strings of `args` to `out`; False (out unusable) if one is
+    not bytes, text or an integer."""
     for arg in args:
         kind = type(arg)
         if kind is str:
@@ -85,9 +85,9 @@ def _bulks(args: Any, encoding: str, errors: str) -> bytes | None:
         elif kind is int:
             arg = b"%d" % arg
         elif kind is not bytes:
-            return None
+            return False
         out.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
-    return b"".join(out)
+    return True
 
 
 def packed(conn: Any, commands: Any) -> list[bytes]:
@@ -95,20 +95,23 @@ def packed(conn: Any, commands: Any) -> list[bytes]:
     them to it) for the bytes, text and integers a check sends, at a fraction of its
     cost. Any other argument goes through redis-py's own rules."""
     encoding, errors = conn.encoder.encoding, conn.encoder.encoding_errors
-    out = []
+    heads = _HEADS.get(encoding)
+    if heads is None:
+        heads = _HEADS[encoding] = {}
+    out: list[bytes] = []
     for command in commands:
-        key = (encoding, command[:3])
-        head = _HEADS.get(key)
+        start = command[:3]
+        head = heads.get(start)
         if head is None:
-            head = _bulks(command[:3], encoding, errors)
-            if head is None:
+            parts: list[bytes] = []
+            if not _add_bulks(parts, start, encoding, errors):
                 return conn.pack_commands(commands)
-            if len(_HEADS) < _MAX_HEADS:
-                _HEADS[key] = head
-        rest = _bulks(command[3:], encoding, errors)
-        if rest is None:
+            head = b"".join(parts)
+            if len(heads) < _MAX_HEADS:
+                heads[start] = head
+        out += (b"*%d\r\n" % len(command), head)
+        if not _add_bulks(out, command[3:], encoding, errors):
             return conn.pack_commands(commands)
-        out += (b"*%d\r\n" % len(command), head, rest)
     return [b"".join(out)]
 
 

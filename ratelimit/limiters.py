@@ -86,11 +86,11 @@ class AsyncLimiter(LimiterBase):
                 if batcher is None:
                     reply = await self._run(keys, args)
                 elif batcher.alone():
-                    batcher.busy += 1  # the checks made meanwhile batch
+                    batcher.lone += 1  # the checks made meanwhile batch behind it
                     try:
                         reply = await self._run(keys, args)
                     finally:
-                        batcher.busy -= 1
+                        batcher.lone_done()
                 else:  # the batch's flush applies the same plan to every check
                     reply = await self._submit(self, keys, args)
         except TimeoutError as exc:

@@ -1,6 +1,7 @@
-"""Auto-pipelining (`ratelimit.autopipeline`): the checks made on one client in one turn
-of the event loop go to Redis as one write, and decide exactly as the same checks made
-one by one.
+"""Auto-pipelining (`ratelimit.autopipeline`): a check made while none of its client's
+checks waits for Redis goes at once, on its own; the checks made while one waits go
+to Redis together, as one write, on the loop's next turn; all decide exactly as the
+same checks made one by one.
 
 What is observed, not assumed: every write any asyncio connection sends is recorded
 (`writes`) with the script calls it carries, so "one round trip" is a count; the
@@ -18,6 +19,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +34,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
 
 import ratelimit
-from ratelimit import Decision, autopipeline
+from ratelimit import Decision, autopipeline, lanes
 from ratelimit.clock import ManualClock
 from tests.core.checks import assert_policy
 
@@ -85,7 +87,7 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[Write]:
         )
         return await original(self, command, check_health)
 
-    # (A lone check's own write, `autopipeline._write`, defers to a patched method.)
+    # (A lane's own write, `lanes._write`, defers to a patched method.)
     monkeypatch.setattr(AbstractConnection, "send_packed_command", recording)
     return sent
 
@@ -93,6 +95,14 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[Write]:
 def script_writes(sent: list[Write]) -> list[tuple[int, int]]:
     """(EVALSHA, EVAL) per write that carried a script call, in order."""
     return [(w.evalsha, w.eval) for w in sent if w.evalsha or w.eval]
+
+
+def together(n: int) -> list[tuple[int, int]]:
+    """The script writes of `n` checks made in one turn on a client with none in
+    flight (`AutoPipeline.alone`): the first goes at once, on its own; the rest,
+    made while it waits, share one write, sent once the first is answered (so Redis
+    decides them in the order they were made)."""
+    return [(1, 0), (n - 1, 0)] if n > 1 else [(1, 0)] * n
 
 
 def limiters(client: Any, prefix: str, clock: Any = None, **options: Any) -> list[Any]:
@@ -117,11 +127,11 @@ async def timed(limiter: Any, identity: str) -> tuple[Decision | Exception, floa
     return outcome, time.monotonic() - start
 
 
-async def wait_until_paused(admin: Any, within: float = 5.0) -> None:
-    """Bounded wait until some client's command is held by CLIENT PAUSE."""
+async def wait_until_paused(admin: Any, clients: int = 1, within: float = 5.0) -> None:
+    """Bounded wait until the commands of `clients` clients are held by CLIENT PAUSE."""
     deadline = time.monotonic() + within
-    while not any("b" in c["flags"] for c in await admin.client_list()):
-        assert time.monotonic() < deadline, "the batch never reached the server"
+    while sum("b" in c["flags"] for c in await admin.client_list()) < clients:
+        assert time.monotonic() < deadline, "the checks never reached the server"
         await asyncio.sleep(0.01)
 
 
@@ -168,8 +178,9 @@ async def compare_with_one_by_one(
     make_client: Callable[[], Any], prefix: str, trace: list, sent: list[Write], cluster: bool
 ) -> set[bool]:
     """Run `trace` on auto-pipelined limiters and the same checks one by one on
-    unpipelined ones (other keys, same clock); assert equal decisions and one write
-    (per node on a cluster) per wave. Returns the answers seen."""
+    unpipelined ones (other keys, same clock); assert equal decisions and, per wave,
+    the first check's own write then one write (per node on a cluster) for the rest.
+    Returns the answers seen."""
     clock = ManualClock()
     now = START_MS
     clock.set_ms(now)
@@ -184,15 +195,20 @@ async def compare_with_one_by_one(
             clock.set_ms(now)
             sent.clear()
             got = await asyncio.gather(*(batched[i].check(who, c) for i, who, c in wave))
-            carried = script_writes(sent)
+            carried = [(w.port, w.evalsha, w.eval) for w in sent if w.evalsha or w.eval]
             want = [await one_by_one[i].check(who, c) for i, who, c in wave]
             assert got == want, (wave, got, want)
             assert not any(d.degraded for d in got)
-            if cluster:  # one write per node and script, all sent at once
-                assert sum(n for n, _ in carried) == len(wave)
-                assert len(carried) <= 3 * len({i for i, _, _ in wave})
-            else:  # all in the first write (a NOSCRIPT would add a second)
-                assert carried[0] == (len(wave), 0), carried
+            if cluster:  # the first to its node, then one write per node for the rest
+                ports = [
+                    client.get_node_from_key(batched[i].key_for(who)).port for i, who, _ in wave
+                ]
+                per_node = Counter(ports[1:]).items()
+                expected = [(ports[0], 1, 0), *((port, n, 0) for port, n in per_node)]
+                assert sorted(carried) == sorted(expected), (wave, carried)
+            else:  # (a NOSCRIPT would add writes after these)
+                expected = together(len(wave))
+                assert [(e, v) for _, e, v in carried[: len(expected)]] == expected, carried
             seen.update(d.allowed for d in got)
     finally:
         await client.aclose()
@@ -264,20 +280,22 @@ def test_decisions_equal_one_by_one_cluster(cluster, prefix, writes):
 
 
 async def test_concurrent_checks_of_four_limiters_share_one_write(client, prefix, writes):
-    """40 checks at once over the four algorithms (four scripts) on one client: one
-    write carries all 40 EVALSHAs; every check gets its own answer."""
+    """40 checks at once over the four algorithms (four scripts) on one client: the
+    first goes on its own, one write carries the other 39 EVALSHAs; every check gets
+    its own answer."""
     four = limiters(client, prefix)
     await warm(*four)
     writes.clear()
     decisions = await asyncio.gather(*(four[i % 4].check(f"id-{i}", 1 + i % 3) for i in range(40)))
-    assert script_writes(writes) == [(40, 0)]
+    assert script_writes(writes) == together(40) == [(1, 0), (39, 0)]
     assert [d.remaining for d in decisions] == [LIMIT - 1 - i % 3 for i in range(40)]
 
 
 @pytest.mark.private_redis
 async def test_the_server_runs_each_batched_call_once(private_redis, private_client, admin, writes):
     """On a private server, INFO commandstats counts exactly one EVALSHA per check and
-    our client holds one connection: N checks, 1 write, N scripts run."""
+    our client holds one connection (the first check's, which the batch, sent once
+    it is answered, takes again): N checks, 2 writes, N scripts run."""
     four = limiters(private_client, "p")
     for limiter in four:  # (a NOSCRIPT's reload would take a connection of its own)
         await admin.script_load(limiter._script.script)
@@ -289,15 +307,16 @@ async def test_the_server_runs_each_batched_call_once(private_redis, private_cli
     stats = await admin.info("commandstats")
     assert stats["cmdstat_evalsha"]["calls"] == 100
     assert "cmdstat_eval" not in stats and "cmdstat_script|load" not in stats
-    assert script_writes(writes) == [(100, 0)]
+    assert script_writes(writes) == together(100)
     me = await admin.client_id()
     ours = [c for c in await admin.client_list() if int(c["id"]) != me]
-    assert len(ours) == 1, ours  # the batch used one connection
+    # The first check took the warm connection, and the batch the same one after it.
+    assert len(ours) == 1, ours
 
 
 async def test_a_lone_check_is_sent_at_once_without_a_batch(client, prefix, writes, monkeypatch):
-    """Nothing else can join a check made when no other callback is ready to run: it
-    goes out as a plain EVALSHA, no batch, no task; several at once do batch."""
+    """A check made while none of its client's checks waits for Redis goes out at
+    once as a plain EVALSHA, no batch, no task; those made while it waits batch."""
     submitted = []
     submit = autopipeline.AutoPipeline.submit
 
@@ -312,8 +331,9 @@ async def test_a_lone_check_is_sent_at_once_without_a_batch(client, prefix, writ
     for i in range(5):
         assert (await limiter.check(f"alone-{i}")).allowed
     assert submitted == [] and script_writes(writes) == [(1, 0)] * 5
-    await asyncio.gather(limiter.check("x"), limiter.check("y"))
-    assert submitted == [limiter, limiter] and script_writes(writes)[-1] == (2, 0)
+    writes.clear()
+    await asyncio.gather(limiter.check("x"), limiter.check("y"), limiter.check("z"))
+    assert submitted == [limiter, limiter] and script_writes(writes) == together(3)
 
 
 async def test_auto_pipeline_false_sends_each_check_alone(client, prefix, writes):
@@ -326,8 +346,9 @@ async def test_auto_pipeline_false_sends_each_check_alone(client, prefix, writes
 
 
 async def test_a_large_turn_is_sent_in_batches_of_at_most_max_batch(client, prefix, writes):
-    """2,500 checks of one identity at one instant: three writes of at most 1,000,
-    sent at once (so in any order), and exactly the limit admitted whatever it is."""
+    """2,500 checks of one identity at one instant: the first on its own, then three
+    writes of at most 1,000, sent at once (so in any order), and exactly the limit
+    admitted whatever it is."""
     clock = ManualClock(1_796_000_000.5)
     limiter = ratelimit.SlidingWindowLimiter(
         client,
@@ -340,7 +361,8 @@ async def test_a_large_turn_is_sent_in_batches_of_at_most_max_batch(client, pref
     await warm(limiter)
     writes.clear()
     decisions = await asyncio.gather(*(limiter.check("busy") for _ in range(2500)))
-    assert sorted(script_writes(writes)) == [(500, 0), (1000, 0), (1000, 0)]
+    first, *batches = script_writes(writes)
+    assert first == (1, 0) and sorted(batches) == [(499, 0), (1000, 0), (1000, 0)]
     assert sum(d.allowed for d in decisions) == 1000
     assert not any(d.degraded for d in decisions)
 
@@ -351,23 +373,35 @@ async def test_batches_are_split_at_the_cap(monkeypatch, writes):
     await warm(limiter)
     writes.clear()
     decisions = await asyncio.gather(*(limiter.check("k") for _ in range(25)))
-    assert sorted(script_writes(writes)) == [(5, 0), (10, 0), (10, 0)]
+    first, *batches = script_writes(writes)  # the first on its own, 24 in batches
+    assert first == (1, 0) and sorted(batches) == [(4, 0), (10, 0), (10, 0)]
     assert sorted(d.remaining for d in decisions) == list(range(100 - 25, 100))
 
 
-async def test_a_pool_that_wants_a_command_name_still_batches(client, prefix, monkeypatch, writes):
-    """redis-py before 5.3 (the project allows 5.0) requires `get_connection(name)`."""
-    pool_class = type(client.connection_pool)
-    original = pool_class.get_connection
-
-    async def old_style(self: Any, command_name: str, *keys: Any, **options: Any) -> Any:
-        return await original(self)
-
-    monkeypatch.setattr(pool_class, "get_connection", old_style)
-    limiter = ratelimit.SlidingWindowLimiter(client, 1, LIMIT, prefix=prefix)
-    decisions = await asyncio.gather(*(limiter.check(f"id-{i}") for i in range(5)))
-    assert all(d.allowed and not d.degraded for d in decisions), decisions
-    assert script_writes(writes)[0] == (5, 0)
+@pytest.mark.real_redis
+@pytest.mark.skipif(
+    not hasattr(asyncio, "eager_task_factory"), reason="asyncio.eager_task_factory is Python 3.12+"
+)
+async def test_checks_batch_alike_under_the_eager_task_factory(real_redis_url, prefix, writes):
+    """With asyncio's eager task factory a task runs at once, inside `create_task`, up
+    to its first wait (so a batch's flush task would start before the checks of its
+    turn join it). 300 checks of one identity at once on a pool bounded at 20
+    connections: every one answered, none degraded, exactly the limit admitted, and
+    they go as under the default factory: the first alone, the rest in one write."""
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(asyncio.eager_task_factory)
+    client = redis.asyncio.Redis.from_url(real_redis_url, max_connections=20)
+    try:
+        limiter = ratelimit.SlidingWindowLimiter(client, 60, 50, prefix=prefix, timeout=10)
+        await warm(limiter)
+        writes.clear()
+        decisions = await asyncio.gather(*(limiter.check("one") for _ in range(300)))
+    finally:
+        loop.set_task_factory(None)
+        await client.aclose()
+    assert len(decisions) == 300 and not any(d.degraded for d in decisions)
+    assert sum(d.allowed for d in decisions) == 50
+    assert script_writes(writes) == together(300)
 
 
 async def test_limiters_on_one_client_share_one_batcher():
@@ -384,9 +418,10 @@ async def test_limiters_on_one_client_share_one_batcher():
 
 @pytest.mark.private_redis
 async def test_each_check_in_a_batch_keeps_its_timeout_and_policy(private_client, admin, writes):
-    """Redis holds one batch (CLIENT PAUSE WRITE for 1.5 s, then answers it): the
-    checks with a 0.3 s timeout give up at 0.3 s with their own policy, although the
-    batch is answered later; the one with a 5 s timeout gets Redis's answer."""
+    """Redis holds the checks (CLIENT PAUSE WRITE for 1.5 s, then answers them): the
+    checks with a 0.3 s timeout give up at 0.3 s with their own policy, the first
+    (sent on its own) as those of the batch, although Redis answers later; the one
+    with a 5 s timeout, in the batch, gets Redis's answer."""
     hurried = {
         policy: ratelimit.SlidingWindowLimiter(
             private_client, 60, LIMIT, prefix=f"h-{policy}", on_error=policy, timeout=0.3
@@ -398,7 +433,10 @@ async def test_each_check_in_a_batch_keeps_its_timeout_and_policy(private_client
     writes.clear()
     await admin.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
     outcomes = await asyncio.gather(*(timed(x, "x") for x in [*hurried.values(), patient]))
-    assert script_writes(writes) == [(4, 0)]  # one batch
+    # The first goes alone; the batch waits until it is answered (here: until it gives
+    # up, at 0.3 s), and by then the hurried checks gave up too and are never sent:
+    # only the patient one goes.
+    assert script_writes(writes) == [(1, 0), (1, 0)]
     for policy, (outcome, elapsed) in zip(POLICIES, outcomes, strict=False):
         assert_policy(outcome, policy, *CAUSES)
         assert 0.25 <= elapsed < 0.3 + MARGIN, elapsed
@@ -510,9 +548,10 @@ async def run_waves(four: list[Any], waves: list[list], between: Callable[[int],
 
 @pytest.mark.parametrize("where", ["embedded", "private"])
 async def test_script_flush_between_batches_is_invisible(where, request, writes):
-    """A SCRIPT FLUSH between two batches: the second meets NOSCRIPT in full, is sent
-    again after reloading the four scripts in the same write, and decides exactly as
-    a run without the flush."""
+    """A SCRIPT FLUSH between two waves: the second's first check meets NOSCRIPT and
+    goes again behind its script's SCRIPT LOAD; then its batch, whose calls of the
+    three other scripts meet NOSCRIPT and go again behind their loads (in one write);
+    it decides exactly as a run without the flush."""
     client = flushing_client(where, request)
     try:
         clock = ManualClock(1_796_000_000.5)
@@ -531,28 +570,44 @@ async def test_script_flush_between_batches_is_invisible(where, request, writes)
         expected = await run_waves(control, plan, nothing)
         got = await run_waves(flushed, plan, flush_before_second)
         assert got == expected
-        loads = [w.script_load for w in writes if w.evalsha or w.eval]
-        assert script_writes(writes) == [(14, 0), (14, 0)] and loads == [0, 4]
+        # The first check, twice (its NOSCRIPT, then behind its script's load: in its
+        # write on a lane, just before it through the client); then the batch, and
+        # again its calls of the other three scripts, behind their three loads.
+        first, *rest = plan[1]
+        others = sum(1 for i, _, _ in rest if i != first[0])
+        carried = script_writes(writes)
+        assert carried == [(1, 0), (1, 0), (13, 0), (others, 0)], carried
+        assert [w.script_load for w in writes if w.evalsha == others] == [3]
+        assert sum(w.script_load for w in writes) == 1 + 3
     finally:
         await client.aclose()
 
 
-def flush_inside(monkeypatch: pytest.MonkeyPatch, stage: int, after: int) -> list[int]:
-    """Put a SCRIPT FLUSH into the batch's own write: in the `stage`-th write of a
-    flush (0: the EVALSHAs, 1: the reload), after its first `after` commands (another
-    client's flush landing right there, made deterministic). Returns the stages seen."""
-    send = autopipeline._send
+def flush_inside(
+    monkeypatch: pytest.MonkeyPatch, four: list[Any], stage: int, after: int
+) -> list[int]:
+    """Put a SCRIPT FLUSH into a batch's own write: in the `stage`-th round trip of a
+    batch of these limiters (0: the EVALSHAs, 1: the reload), after its first `after`
+    commands (another client's flush landing right there, made deterministic).
+    Returns the sizes of the batch's round trips. (A batch's round trips, unlike a
+    lone check's, carry no key: see `autopipeline._plain`.)"""
     calls: list[int] = []
 
-    async def with_flush(client: Any, commands: list) -> list:
-        calls.append(len(commands))
-        if len(calls) - 1 != stage:
-            return await send(client, commands)
-        replies = await send(client, [*commands[:after], ("SCRIPT", "FLUSH"), *commands[after:]])
-        assert replies[after] in (b"OK", "OK", True)
-        return replies[:after] + replies[after + 1 :]
+    for limiter in four:
+        send = limiter._send
 
-    monkeypatch.setattr(autopipeline, "_send", with_flush)
+        async def with_flush(key: Any, commands: list, send: Any = send) -> Any:
+            if key is not None:  # a check sent on its own
+                return await send(key, commands)
+            calls.append(len(commands))
+            if len(calls) - 1 != stage:
+                return await send(key, commands)
+            flushed = [*commands[:after], ("SCRIPT", "FLUSH"), *commands[after:]]
+            replies = await send(key, flushed)
+            assert replies[after] in (b"OK", "OK", True)
+            return replies[:after] + replies[after + 1 :]
+
+        monkeypatch.setattr(limiter, "_send", with_flush)
     return calls
 
 
@@ -560,9 +615,10 @@ def flush_inside(monkeypatch: pytest.MonkeyPatch, stage: int, after: int) -> lis
 async def test_script_flush_inside_a_batch_counts_nothing_twice(
     where, request, monkeypatch, writes
 ):
-    """A flush after the 7th of 20 EVALSHAs: those 7 ran, the 13 after it met NOSCRIPT
-    and did not; only those are sent again (with the scripts reloaded). Decisions are
-    those of a run without the flush, and the log holds exactly the admitted units."""
+    """20 checks at once (the first on its own, 19 in a batch) and a flush after the
+    7th of the batch's EVALSHAs: those 7 ran, the 12 after it met NOSCRIPT and did
+    not; only those are sent again (with the scripts reloaded). Decisions are those
+    of a run without the flush, and the log holds exactly the admitted units."""
     client = flushing_client(where, request)
     try:
         clock = ManualClock(1_796_000_000.5)
@@ -570,12 +626,12 @@ async def test_script_flush_inside_a_batch_counts_nothing_twice(
         await warm(*control, *flushed)
         plan = wave(20)
         expected = await asyncio.gather(*(control[i].check(w, c) for i, w, c in plan))
-        stages = flush_inside(monkeypatch, stage=0, after=7)
+        stages = flush_inside(monkeypatch, flushed, stage=0, after=7)
         writes.clear()
         got = await asyncio.gather(*(flushed[i].check(w, c) for i, w, c in plan))
         assert got == expected
-        assert stages == [20, 13 + 4]  # the 13 again, after reloading the 4 scripts
-        assert script_writes(writes) == [(20, 0), (13, 0)]
+        assert stages == [19, 12 + 4]  # the 12 again, after reloading the 4 scripts
+        assert script_writes(writes) == [*together(20), (12, 0)]
         # Nothing counted twice: the next check of each identity on each limiter is
         # answered exactly as after the run without the flush.
         again = [(i, who, 1) for i in range(4) for who in "abc"]
@@ -590,8 +646,10 @@ async def test_script_flush_inside_a_batch_counts_nothing_twice(
 async def test_a_second_flush_after_the_reload_falls_back_to_eval(
     where, request, monkeypatch, writes
 ):
-    """Flushed once before the batch, and again right after the reload in its second
-    write: the calls go a third time with EVAL (which carries the script), once each."""
+    """Flushed once before 9 checks at once: the first check, on its own, reloads its
+    script and is answered; the batch then meets NOSCRIPT for the calls of the three
+    other scripts, which a second flush, right after their reload in the batch's
+    second write, sends a third time with EVAL (which carries the script), once each."""
     client = flushing_client(where, request)
     try:
         clock = ManualClock(1_796_000_000.5)
@@ -600,12 +658,17 @@ async def test_a_second_flush_after_the_reload_falls_back_to_eval(
         plan = wave(9)
         expected = await asyncio.gather(*(control[i].check(w, c) for i, w, c in plan))
         assert await client.script_flush()
-        stages = flush_inside(monkeypatch, stage=1, after=4)  # after the 4 SCRIPT LOADs
+        stages = flush_inside(monkeypatch, flushed, stage=1, after=3)  # after the 3 LOADs
         writes.clear()
         got = await asyncio.gather(*(flushed[i].check(w, c) for i, w, c in plan))
         assert got == expected
-        assert stages == [9, 4 + 9, 9]
-        assert script_writes(writes) == [(9, 0), (9, 0), (0, 9)]
+        first, *rest = plan
+        others = sum(1 for i, _, _ in rest if i != first[0])  # not the first's script
+        assert stages == [8, 3 + others, others]
+        # The first check's two writes (its NOSCRIPT, then its reload), then the
+        # batch's three.
+        carried = script_writes(writes)
+        assert carried == [(1, 0), (1, 0), (8, 0), (others, 0), (0, others)], carried
     finally:
         await client.aclose()
 
@@ -623,33 +686,41 @@ async def test_a_check_cancelled_before_the_flush_is_not_sent(client, prefix, wr
     results = await asyncio.gather(*tasks, return_exceptions=True)
     assert isinstance(results[2], asyncio.CancelledError)
     assert all(isinstance(d, Decision) and d.allowed for i, d in enumerate(results) if i != 2)
-    assert script_writes(writes) == [(4, 0)]
+    assert script_writes(writes) == [(1, 0), (3, 0)]  # the first alone; the batch lost one
     assert await client.exists(limiter.key_for("id-2")) == 0  # never counted
 
 
 @pytest.mark.private_redis
 async def test_a_check_cancelled_during_the_round_trip_leaves_the_others(
-    private_client, admin, writes
+    private_client, admin, writes, monkeypatch
 ):
-    """Redis holds the batch; one waiting task is cancelled meanwhile: it raises
-    CancelledError (no decision, no policy), and the others get Redis's answers."""
+    """Redis holds the batch (paused right before it is sent); a task of the batch is
+    cancelled meanwhile: it raises CancelledError (no decision, no policy), and the
+    others get Redis's answers."""
     limiter = ratelimit.SlidingWindowLimiter(private_client, 60, LIMIT, prefix="c", timeout=10)
     await warm(limiter)
+    send = limiter._send
+
+    async def pause_before_the_batch(key: Any, commands: list) -> Any:
+        if key is None:  # a batch's round trip (a lone check's carries its key)
+            await admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+        return await send(key, commands)
+
+    monkeypatch.setattr(limiter, "_send", pause_before_the_batch)
     writes.clear()
-    await admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
     try:
         tasks = [asyncio.create_task(limiter.check("same")) for _ in range(5)]
-        await wait_until_paused(admin)
-        tasks[0].cancel()
+        await wait_until_paused(admin)  # the batch's, sent after the first's answer
+        tasks[2].cancel()
         with pytest.raises(asyncio.CancelledError):
-            await tasks[0]
-        assert not any(t.done() for t in tasks[1:])
+            await tasks[2]
+        assert tasks[0].done() and not any(t.done() for t in (tasks[1], *tasks[3:]))
     finally:
         await admin.execute_command("CLIENT", "UNPAUSE")
-    rest = await asyncio.gather(*tasks[1:])
-    assert script_writes(writes) == [(5, 0)]
+    rest = await asyncio.gather(tasks[0], tasks[1], *tasks[3:])
+    assert script_writes(writes) == together(5)
     # Redis ran all five (the cancelled one was already sent): 1..5 counted, in order.
-    assert [d.remaining for d in rest] == [LIMIT - 2, LIMIT - 3, LIMIT - 4, LIMIT - 5]
+    assert [d.remaining for d in rest] == [LIMIT - 1, LIMIT - 2, LIMIT - 4, LIMIT - 5]
 
 
 def test_a_batch_left_open_by_a_stopped_loop_is_not_reused():
@@ -691,7 +762,7 @@ async def test_cached_rejections_never_reach_redis(client, prefix, writes):
         *(limiter.check("abuser") for _ in range(10)), *(limiter.check(f"ok-{i}") for i in range(5))
     )
     assert [d.allowed for d in decisions] == [False] * 10 + [True] * 5
-    assert script_writes(writes) == [(5, 0)]  # only the five others went to Redis
+    assert script_writes(writes) == together(5)  # only the five others went to Redis
 
 
 def test_auto_pipeline_is_an_option_fixed_once_built():
@@ -722,7 +793,7 @@ def test_auto_pipeline_is_an_option_fixed_once_built():
 def test_packed_commands_are_redis_pys_bytes(command):
     conn = redis.asyncio.Connection()
     commands = [command, command[:3]]
-    assert b"".join(autopipeline._packed(conn, commands)) == b"".join(
+    assert b"".join(lanes.packed(conn, commands)) == b"".join(
         bytes(c) for c in conn.pack_commands(commands)
     )
 
@@ -748,17 +819,27 @@ def identities_on(cluster: Any, limiter: Any, n: int) -> dict[int, list[str]]:
 
 
 async def test_cluster_batch_is_one_write_per_node(cluster, prefix, writes):
+    """Checks of two algorithms (two scripts) over the three masters at once: the
+    first goes to its node on its own; the batch of the others is one write per
+    node, whatever the scripts."""
     client = ratelimit.connect(cluster.url, timeout=5)
     try:
-        limiter = ratelimit.SlidingWindowLimiter(client, 60, LIMIT, prefix=prefix)
-        await warm(limiter)
-        people = identities_on(cluster, limiter, 4)
+        log = ratelimit.SlidingWindowLimiter(client, 60, LIMIT, prefix=prefix)
+        bucket = ratelimit.TokenBucketLimiter(client, 60, LIMIT, prefix=prefix)
+        await warm(log, bucket)
+        on_log, on_bucket = identities_on(cluster, log, 2), identities_on(cluster, bucket, 2)
         writes.clear()
-        who = [p for node in range(3) for p in people[node]]
-        decisions = await asyncio.gather(*(limiter.check(w) for w in who))
+        made = [
+            (limiter, w)
+            for node in range(3)
+            for limiter, people in ((log, on_log), (bucket, on_bucket))
+            for w in people[node]
+        ]
+        decisions = await asyncio.gather(*(limiter.check(w) for limiter, w in made))
         assert all(d.allowed and not d.degraded for d in decisions)
         per_port = sorted((w.port, w.evalsha) for w in writes if w.evalsha)
-        assert per_port == sorted((port, 4) for port in cluster.ports)
+        first, *others = cluster.ports  # (the first check's node)
+        assert per_port == sorted([(first, 1), (first, 3), *((port, 4) for port in others)])
     finally:
         await client.aclose()
 

@@ -1,6 +1,6 @@
-"""Checks sent alone on the client's idle connections (`AutoPipeline.command` for
-asyncio, `ratelimit.sync._Lane.command` for sync): the same decisions and guarantees
-as redis-py's own calls.
+"""Checks sent alone on the client's idle connections (the lanes of `ratelimit.lanes`,
+`AsyncLane.send` for asyncio, `SyncLane.send` for sync): the same decisions and
+guarantees as redis-py's own calls.
 
 - No reply is ever left unread on a connection that is used again: after a check that
   timed out, was cancelled or met an error reply, the next check gets its own answer
@@ -10,7 +10,8 @@ as redis-py's own calls.
 - NOSCRIPT met on an idle connection: reload and retry, then EVAL (through the client).
 - Threads sharing a sync limiter decide exactly; connections are given back, to the
   pool or to the client's close; a new event loop gets connections of its own.
-- The embedded fakeredis, a cluster and `wait_replicas` keep their own paths.
+- The embedded fakeredis and a cluster keep their own paths, and so does a client
+  whose `execute_command` is not redis-py's own (a wrapper sees every check).
 
 Faults are deterministic (CLIENT PAUSE, CLIENT KILL, SCRIPT FLUSH at a chosen step);
 nothing is decided by a duration.
@@ -32,8 +33,8 @@ import redis.asyncio
 
 import ratelimit
 import ratelimit.sync
-from ratelimit import Decision, RateLimiterUnavailable
-from ratelimit.autopipeline import MAX_IDLE, _run_now
+from ratelimit import Decision, RateLimiterUnavailable, lanes
+from ratelimit.lanes import MAX_IDLE, _run_now
 from tests.core.checks import check
 
 LIMIT = 10
@@ -73,7 +74,7 @@ def pool_counts(limiter: Any) -> tuple[int, int, int]:
     """(idle in the lane, in use in the pool, available in the pool)."""
     pool = lane_of(limiter).pool
     return (
-        len(lane_of(limiter)._idle),
+        lane_of(limiter).idle,
         len(pool._in_use_connections),
         len(pool._available_connections),
     )
@@ -111,7 +112,7 @@ async def handed_back(limiter: Any) -> None:
     to the pool (it does so on the turn after a check, in a few steps)."""
     lane = lane_of(limiter)
     for _ in range(20):
-        if not lane._idle and not lane.pool._in_use_connections:
+        if not lane.idle and not lane.pool._in_use_connections:
             return
         await asyncio.sleep(0)
     raise AssertionError(f"still kept after 20 turns: {pool_counts(limiter)}")
@@ -126,32 +127,90 @@ def assert_answer(decision: Decision, remaining: int) -> None:
 
 
 class Counting(redis.asyncio.Redis):
+    """A client that sends its own way (as a tracing subclass does): it records the
+    name of every command it is asked to send."""
+
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        self.seen.append(args[0])
         return await super().execute_command(*args, **kwargs)
 
 
-async def test_real_clients_take_the_lone_path_others_keep_theirs(make, cluster, private_redis):
+def traced(client: Any) -> list[Any]:
+    """Wrap `client.execute_command` on the client itself (as a tracer may, at any
+    time); returns the names of the commands it is asked to send from then on."""
+    seen: list[Any] = []
+    own = client.execute_command
+
+    def execute_command(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args[0])
+        return own(*args, **kwargs)
+
+    client.execute_command = execute_command
+    return seen
+
+
+async def lane_took(limiter: Any, identity: str, remaining: int) -> bool:
+    """Make a check (it must decide `remaining`) and say whether the lane sent it: a
+    lane keeps the connection of a check it sent (the asyncio one until the loop's
+    next turn, so that check is awaited here, not in a thread)."""
+    lane = lane_of(limiter)
+    if isinstance(limiter, ratelimit.sync.SyncLimiter):
+        lane.close()
+        assert_answer(await asyncio.to_thread(limiter.check, identity), remaining)
+    else:
+        await handed_back(limiter)
+        assert_answer(await limiter.check(identity), remaining)
+    return lane.idle == 1
+
+
+async def test_real_clients_take_the_lone_path_others_keep_theirs(
+    make, admin, cluster, private_redis
+):
+    """A redis-py client's checks go on its lane (also with `wait_replicas`: WAIT
+    follows on the same connection). A client that sends its own way, by a subclass
+    or by a wrapper set on it at any time (tracing), gets every check through its
+    `execute_command` while it is so. The embedded fakeredis and a cluster get no lane."""
     for mode in ("async", "sync"):
-        assert limiter_of(mode, make(mode))._call.__name__ == "_call_lone"
+        client = make(mode)
+        for options in ({}, {"wait_replicas": 1}):
+            limiter = limiter_of(mode, client, **options)
+            assert lane_of(limiter) is not None and lanes.untouched(limiter._client)
+        limiter = limiter_of(mode, client)
+        await admin.script_load(limiter._script.script)  # (no reload: one command a check)
+        assert await lane_took(limiter, mode, LIMIT - 1)
+
+        # The client the limiter sends through: the caller's for asyncio, the sync
+        # limiter's own copy bounded by its timeout (see backends.bounded_client).
+        sender = limiter._client
+        seen = traced(sender)  # (after the limiter was built)
+        assert not lanes.untouched(sender)
+        assert not await lane_took(limiter, mode, LIMIT - 2)
+        assert seen == ["EVALSHA"]
+        del sender.execute_command  # the wrapper removed: the lane again
+        assert lanes.untouched(sender) and await lane_took(limiter, mode, LIMIT - 3)
+        assert seen == ["EVALSHA"]
+
     own_way = Counting.from_url(private_redis.url)
+    own_way.seen = []
     try:
-        assert limiter_of("async", own_way)._call.__name__ == "_call"
+        limiter = limiter_of("async", own_way, prefix="own")
+        assert not lanes.untouched(own_way)
+        for i in range(3):
+            assert not await lane_took(limiter, "bob", LIMIT - 1 - i)
+        assert own_way.seen == ["EVALSHA"] * 3
     finally:
         await own_way.aclose()
-        embedded = fakeredis.FakeAsyncRedis() if mode == "async" else fakeredis.FakeRedis()
-        assert limiter_of(mode, embedded)._call.__name__ == "_call"
-    waiting = limiter_of("async", make("async"), wait_replicas=1)
-    assert waiting._call.__name__ == "_call_waiting"
-    sync_waiting = limiter_of("sync", make("sync"), wait_replicas=1)
-    assert sync_waiting._call.__name__ == "_call_waiting"
+    for embedded in (fakeredis.FakeAsyncRedis(), fakeredis.FakeRedis()):
+        mode = "sync" if isinstance(embedded, redis.Redis) else "async"
+        assert lane_of(limiter_of(mode, embedded)) is None
     on_cluster = ratelimit.connect(cluster.url)
     try:
-        assert limiter_of("async", on_cluster)._call.__name__ == "_call"
+        assert lane_of(limiter_of("async", on_cluster)) is None
     finally:
         await on_cluster.aclose()
     sync_cluster = ratelimit.connect_sync(cluster.url)
     try:
-        assert limiter_of("sync", sync_cluster)._call.__name__ == "_call"
+        assert lane_of(limiter_of("sync", sync_cluster)) is None
     finally:
         sync_cluster.close()
 
@@ -183,7 +242,7 @@ async def test_a_kept_connection_goes_back_to_the_pool_on_the_next_turn(make):
     assert kept in lane.pool._available_connections
     assert await asyncio.gather(client.ping(), client.ping()) == [True, True]
     assert_answer(await limiter.check("alice"), LIMIT - 3)
-    assert len(lane._idle) == 1 and len(lane.pool._in_use_connections) == 1
+    assert lane.idle == 1 and len(lane.pool._in_use_connections) == 1
 
 
 @pytest.mark.parametrize("options", [{"decode_responses": True}, {"protocol": 3}])
@@ -270,9 +329,9 @@ async def test_idle_connections_killed_server_side_are_retried_once(mode, make, 
         limiter = limiter_of(mode, make(mode), on_error="raise")
         lane = lane_of(limiter)
         for _ in range(MAX_IDLE):
-            conn = lane._lease()
-            conn.connect()
+            conn = lane.pool.get_connection()  # (connected)
             lane._idle.append(conn)
+        assert lane.idle == MAX_IDLE
     await admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
     decisions = [await check(limiter, "alice") for _ in range(LIMIT + 2)]
     assert [d.allowed for d in decisions] == [True] * LIMIT + [False] * 2
