@@ -3,8 +3,10 @@
 In an asyncio service many `await limiter.check(...)` are in flight at once. Rather
 than one EVALSHA round trip each, a check made while none of its client's checks is
 waiting for Redis goes at once, exactly as without auto-pipelining, and the checks
-made while one is waiting are queued; a task started on the loop's next turn sends
-them as ONE non-transactional pipeline (on a Redis Cluster, one per node). Nothing
+made while one is waiting are queued; a task started for them sends them as ONE
+non-transactional pipeline (on a Redis Cluster, one per node) once the checks sent
+alone before them are answered, so that Redis decides them after those. The tasks a
+batch answers run in one turn, and their next checks share a batch again. Nothing
 waits on a timer, nothing reads the event loop's internals, and any task factory
 (asyncio's eager one too) batches alike. Limiters of any algorithm on the same client
 share the batch.

@@ -85,7 +85,9 @@ class AsyncLimiter(LimiterBase):
             async with asyncio.timeout(self.timeout):
                 if batcher is None:
                     reply = await self._run(keys, args)
-                elif batcher.alone():
+                elif self._wait is None and batcher.alone():
+                    # (A check that waits for replicas always batches: the checks made
+                    # with it share its WAIT, and nothing waits for it to be answered.)
                     batcher.lone += 1  # the checks made meanwhile batch behind it
                     try:
                         reply = await self._run(keys, args)
