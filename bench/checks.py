@@ -190,7 +190,7 @@ def make_cases(
     # rest of the limiter's code; on keys of their own, so that the log's case finds
     # its keys as it left them.
     log = type(mine.limiters[log_name()])(client, 1, LIMIT, prefix=f"{prefix}:bare")
-    bare = client.register_script(log._script.script)
+    bare = client.register_script(log.script)
     ids_args, ids_bare = Identities(), Identities()
 
     async def args_floor(i: int) -> Any:

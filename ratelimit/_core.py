@@ -91,6 +91,17 @@ class LimiterBase(Policy):
         # A cluster sends a waiting check to the key's master itself (cluster_client).
         self._on_cluster = is_cluster(self._client)
 
+    @property
+    def script(self) -> str:
+        """The Lua script this limiter runs, as its client loads it: its options as
+        constants in front, behind the `#!lua` line on a real Redis."""
+        return self._script.script
+
+    @property
+    def script_sha(self) -> str:
+        """The script's SHA1, the name EVALSHA calls it by (to preload or look it up)."""
+        return self._script.sha
+
     def _rebuild(self, options: dict[str, Any]) -> Any:
         return type(self)(self.redis, **options)
 

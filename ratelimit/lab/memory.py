@@ -168,7 +168,7 @@ def _fill_log(
     # as EVALSHA in pipelined batches, and their replies read as `check` reads them.
     clock.set_ms(start_ms)
     keys, _ = limiter._prepare(identity, 1)
-    sha = client.script_load(limiter._script.script)
+    sha = client.script_load(limiter.script)
     for first in range(0, entries, _CHUNK):
         pipe = client.pipeline(transaction=False)
         sent = range(start_ms + first, start_ms + min(first + _CHUNK, entries))

@@ -298,7 +298,7 @@ async def test_the_server_runs_each_batched_call_once(private_redis, private_cli
     it is answered, takes again): N checks, 2 writes, N scripts run."""
     four = limiters(private_client, "p")
     for limiter in four:  # (a NOSCRIPT's reload would take a connection of its own)
-        await admin.script_load(limiter._script.script)
+        await admin.script_load(limiter.script)
     await warm(*four)
     await admin.config_resetstat()
     writes.clear()

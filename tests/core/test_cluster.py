@@ -324,7 +324,7 @@ async def test_script_flush_on_one_node_is_invisible(mode, cluster, clients, pre
         if n == 5:
             with node.admin() as admin:
                 assert admin.script_flush()
-                assert admin.script_exists(limiter._script.sha) == [False]
+                assert admin.script_exists(limiter.script_sha) == [False]
         flushed.append(await check(limiter, "flushed"))
     assert [d.allowed for d in flushed] == [True] * 10 + [False] * 2
     assert flushed == control

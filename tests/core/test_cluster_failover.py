@@ -167,7 +167,7 @@ class Load:
         return [r for r in run.records if r.kind == kind and r.who == who]
 
     def sha(self, kind: str, mode: str = "async") -> str:
-        return self.limiters[kind][mode]._script.sha
+        return self.limiters[kind][mode].script_sha
 
     async def run(
         self, fault: Callable[[], object], resumed: Callable[[list[Record], float], bool]

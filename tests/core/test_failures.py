@@ -129,7 +129,7 @@ async def flush_scripts(client: Any, sha: str) -> None:
 
 def script_sha(limiter: Any) -> str:
     """SHA1 of the limiter's Lua script, as redis-py's `register_script` computed it."""
-    return limiter._script.sha
+    return limiter.script_sha
 
 
 # 1. SCRIPT FLUSH -----------------------------------------------------------------

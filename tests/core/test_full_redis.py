@@ -227,8 +227,8 @@ def test_without_the_shebang_a_full_redis_admits_for_real(kind, identity, server
         assert state(admin) == before
 
         keys, args = limiter._prepare(identity, 1)
-        assert limiter._script.script.startswith(scripts.SHEBANG)
-        legacy = limiter._script.script.removeprefix(scripts.SHEBANG)  # the same script, bare
+        assert limiter.script.startswith(scripts.SHEBANG)
+        legacy = limiter.script.removeprefix(scripts.SHEBANG)  # the same script, bare
         assert legacy.startswith("local window = ") and scripts.SHEBANG not in legacy
         decision = limiter._decision(admin.eval(legacy, 1, *keys, *args), args[0])
         assert decision.allowed and not decision.degraded, decision

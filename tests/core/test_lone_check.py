@@ -176,7 +176,7 @@ async def test_real_clients_take_the_lone_path_others_keep_theirs(
             limiter = limiter_of(mode, client, **options)
             assert lane_of(limiter) is not None and lanes.untouched(limiter._client)
         limiter = limiter_of(mode, client)
-        await admin.script_load(limiter._script.script)  # (no reload: one command a check)
+        await admin.script_load(limiter.script)  # (no reload: one command a check)
         assert await lane_took(limiter, mode, LIMIT - 1)
 
         # The client the limiter sends through: the caller's for asyncio, the sync
@@ -252,7 +252,7 @@ async def test_decoded_and_resp3_replies_decide_alike(mode, options, make, admin
         assert_answer(await check(limiter, "alice", 2), LIMIT - 2 * (i + 1))
     await admin.script_flush()  # SCRIPT LOAD's reply is text either way
     assert_answer(await check(limiter, "alice", 2), LIMIT - 8)
-    assert isinstance(limiter._script.sha, str)
+    assert isinstance(limiter.script_sha, str)
 
 
 # Nothing left unread ---------------------------------------------------------------
@@ -364,7 +364,7 @@ async def test_script_flush_between_checks_reloads_once(mode, make, admin):
     assert_answer(await check(limiter, "alice"), LIMIT - 1)
     await admin.script_flush()
     assert_answer(await check(limiter, "alice"), LIMIT - 2)
-    assert (await admin.script_exists(limiter._script.sha)) == [True]
+    assert (await admin.script_exists(limiter.script_sha)) == [True]
     await assert_all_given_back(limiter, admin)
 
 

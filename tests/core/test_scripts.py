@@ -65,10 +65,10 @@ def test_the_compact_log_header_is_what_the_script_encodes():
 
 def test_every_policy_is_its_own_script_and_equal_policies_share_one(client):
     a = ratelimit.FixedWindowLimiter(client, 1, 10)
-    assert a._script.sha == ratelimit.FixedWindowLimiter(client, 1, 10, prefix="other")._script.sha
-    assert a._script.sha != ratelimit.FixedWindowLimiter(client, 1, 11)._script.sha
-    assert a._script.sha != a.with_options(ttl_slack_ms=5)._script.sha
-    text = a._script.script
+    assert a.script_sha == ratelimit.FixedWindowLimiter(client, 1, 10, prefix="other").script_sha
+    assert a.script_sha != ratelimit.FixedWindowLimiter(client, 1, 11).script_sha
+    assert a.script_sha != a.with_options(ttl_slack_ms=5).script_sha
+    text = a.script
     assert "local window = 1000\nlocal limit = 10\n" in text and "local ttl = '1000'\n" in text
     assert set(re.findall(r"ARGV\[(\d+)\]", text)) == {"1", "2", "3"}  # time, cost, opening
 

@@ -181,7 +181,7 @@ async def test_checks_go_on_through_a_failover(healthy, mode, fault, on_error):
     limiter, client = make_limiter(
         healthy.url, mode, window_ms=1000, limit=1_000_000, on_error=on_error
     )
-    sha = limiter._script.sha
+    sha = limiter.script_sha
     with healthy.replica().client() as replica:
         replica.script_flush()  # (Redis 7 does not replicate SCRIPT LOAD anyway)
     assert not script_on(healthy, healthy.replica(), sha)

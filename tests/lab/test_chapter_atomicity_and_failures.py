@@ -302,9 +302,9 @@ def test_script_sha_is_the_one_redis_caches():
 
     client = fakeredis.FakeRedis()
     limiter = algorithms.SLIDING_LOG.build("sync", client, 1, 10)
-    source = limiter._script.script
+    source = limiter.script
     assert source.startswith("local window = 1000\n") and scripts.source("sliding_log") in source
-    assert atomicity.script_sha(limiter) == client.script_load(source) == limiter._script.sha
+    assert atomicity.script_sha(limiter) == client.script_load(source) == limiter.script_sha
 
 
 async def test_flushes_empty_the_cache_and_change_no_decision(lab, trace):

@@ -595,7 +595,7 @@ async def duplicate_members(
 def script_sha(limiter: Any) -> str:
     """The SHA-1 Redis caches `limiter`'s script under: the hash of the text it loads
     (its options as constants, and a shebang on a real Redis; see scripts.py)."""
-    return hashlib.sha1(limiter._script.script.encode()).hexdigest()
+    return hashlib.sha1(limiter.script.encode()).hexdigest()
 
 
 @dataclass
