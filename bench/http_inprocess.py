@@ -37,7 +37,7 @@ import statistics
 from typing import Any
 
 from . import rounds
-from .verdicts import quartiles, ratios_row, skip
+from .verdicts import answered_row, quartiles, ratios_row, skip
 
 UNLIMITED = "unlimited route"
 LIMITED = "limited route (ours)"
@@ -293,18 +293,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(ratios_row(names[peer], each, need, "<=", added_us=ours, part="asgi"))
     sent = sum(sum(counts.values()) for counts in report["statuses"].values())
     ok = sum(counts.get("200", 0) for counts in report["statuses"].values())
-    rows.append(
-        {
-            "target": names["200"],
-            "value": ok,
-            "unit": f"/{sent:,} answered 200",
-            "op": "==",
-            "threshold": sent,
-            "verdict": "PASS" if ok == sent else "FAIL",
-            "pass": ok == sent,
-            "part": "asgi",
-        }
-    )
+    rows.append(answered_row(names["200"], ok, sent, "asgi"))
     return rows
 
 

@@ -28,7 +28,7 @@ import random
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from .verdicts import judged, quartiles, skip
+from .verdicts import answered_row, judged, quartiles, skip
 
 if TYPE_CHECKING:
     from ratelimit.devtools.load import LoadResult
@@ -204,16 +204,5 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     limited = report["routes"]["limited"]["statuses"]
     sent = sum(limited.values())
     ok = limited.get("200", 0)
-    rows.append(
-        {
-            "target": names[2],
-            "value": ok,
-            "unit": f"/{sent:,} answered 200",
-            "op": "==",
-            "threshold": sent,
-            "verdict": "PASS" if ok == sent else "FAIL",
-            "pass": ok == sent,
-            "part": "http",
-        }
-    )
+    rows.append(answered_row(names[2], ok, sent, "http"))
     return rows

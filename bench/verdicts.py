@@ -74,3 +74,17 @@ def best_row(
 def skip(name: str, reason: str) -> dict[str, Any]:
     """A SKIP row for target `name`, saying why."""
     return {"target": name, "verdict": "SKIP", "pass": None, "skipped": reason}
+
+
+def answered_row(name: str, ok: int, sent: int, part: str) -> dict[str, Any]:
+    """A count target: every one of `sent` requests answered 200 (`ok` were)."""
+    return {
+        "target": name,
+        "value": ok,
+        "unit": f"/{sent:,} answered 200",
+        "op": "==",
+        "threshold": sent,
+        "verdict": "PASS" if ok == sent else "FAIL",
+        "pass": ok == sent,
+        "part": part,
+    }
