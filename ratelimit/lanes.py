@@ -16,6 +16,7 @@ every check.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import threading
@@ -159,14 +160,21 @@ class AsyncLane:
         else:
             conn = await self._lease(loop)
         try:
-            await _write(conn, packed(conn, commands))
-            replies = []
-            for _ in commands:
-                try:
-                    # No timer per read: the caller's own timeout bounds it.
-                    replies.append(await conn.read_response(timeout=math.inf))
-                except redis.exceptions.ResponseError as exc:
-                    replies.append(exc)
+            try:
+                await _write(conn, packed(conn, commands))
+                replies = []
+                for _ in commands:
+                    try:
+                        # No timer per read: the caller's own timeout bounds it.
+                        replies.append(await conn.read_response(timeout=math.inf))
+                    except redis.exceptions.ResponseError as exc:
+                        replies.append(exc)
+            except RuntimeError as exc:
+                # A connection opened in an event loop that is gone (an earlier
+                # `asyncio.run`): as good as dropped, so the check retries on a fresh one.
+                raise redis.exceptions.ConnectionError(
+                    f"connection of another loop: {exc}"
+                ) from exc
         except BaseException as exc:
             await self._drop(conn, exc)
             raise
@@ -199,16 +207,23 @@ class AsyncLane:
 
     async def _lease(self, loop: asyncio.AbstractEventLoop) -> Any:
         if self._idle_loop is not loop:
-            # Those of another loop (a finished `asyncio.run`) go back to the pool,
-            # which then treats them as it treats its own.
-            stale, self._idle, self._idle_loop = self._idle, [], loop
+            # Connections of another loop (a finished `asyncio.run`) cannot work in this
+            # one, ours and the pool's idle ones alike: closed before anything is written
+            # on them (a write may still reach Redis, and its reply could not be read),
+            # they reconnect here when next used.
+            stale, self._idle = self._idle, []
             for conn in stale:
+                await _close(conn)
                 await self.pool.release(conn)
+            if self._idle_loop is not None:
+                with contextlib.suppress(RuntimeError):
+                    await self.pool.disconnect(inuse_connections=False)
+            self._idle_loop = loop
         return await self.pool.get_connection()
 
     async def _drop(self, conn: Any, exc: BaseException) -> None:
         try:
-            await conn.disconnect(nowait=True)  # (redis-py has mostly done it already)
+            await _close(conn)  # (redis-py has mostly done it already)
         finally:
             await self.pool.release(conn)
         if isinstance(exc, redis.exceptions.ConnectionError):
@@ -221,9 +236,17 @@ class AsyncLane:
                     other = self._idle.pop()
                 except IndexError:
                     break
-                await other.disconnect(nowait=True)
+                await _close(other)
                 await self.pool.release(other)
-            await self.pool.disconnect(inuse_connections=False)
+            with contextlib.suppress(RuntimeError):  # (some of another loop: closed anyway)
+                await self.pool.disconnect(inuse_connections=False)
+
+
+async def _close(conn: Any) -> None:
+    """Close an asyncio connection, also one of an event loop that is gone (whose
+    transport cannot be closed any more: redis-py forgets it all the same)."""
+    with contextlib.suppress(RuntimeError):
+        await conn.disconnect(nowait=True)
 
 
 class SyncLane:
