@@ -62,6 +62,29 @@ def untouched(client: Any) -> bool:
 _VERDICTS: dict[int, tuple[Any, bool]] = {}
 
 
+class StaleReply(redis.exceptions.InvalidResponse):
+    """A reply that cannot be the script call's own: one left unread on the connection
+    by someone else (an interrupted connect, a cancelled command). The connection is
+    dropped, and the check goes to its failure policy rather than to a decision."""
+
+
+_SCRIPT_CALLS = frozenset({"EVALSHA", "EVAL"})
+
+
+def _own(command: tuple[Any, ...], reply: Any) -> Any:
+    """`reply`, unless `command` is a script call and the reply cannot be one's (every
+    script answers an integer, a list or an error): then StaleReply."""
+    kind = type(reply)
+    if kind is int or kind is list or command[0] not in _SCRIPT_CALLS:
+        return reply
+    if isinstance(reply, redis.exceptions.ResponseError):
+        return reply
+    raise StaleReply(
+        f"{command[0]} was answered {reply!r}, which no script answers: a reply left "
+        "unread on the connection by an earlier command; the connection is dropped"
+    )
+
+
 def _max_idle(pool: Any) -> int:
     """How many idle connections a lane keeps: MAX_IDLE, but at most half of a
     bounded pool, so that the client's other commands still get connections."""
@@ -163,12 +186,13 @@ class AsyncLane:
             try:
                 await _write(conn, packed(conn, commands))
                 replies = []
-                for _ in commands:
+                for command in commands:
                     try:
                         # No timer per read: the caller's own timeout bounds it.
-                        replies.append(await conn.read_response(timeout=math.inf))
+                        reply = await conn.read_response(timeout=math.inf)
                     except redis.exceptions.ResponseError as exc:
-                        replies.append(exc)
+                        reply = exc
+                    replies.append(_own(command, reply))
             except RuntimeError as exc:
                 # A connection opened in an event loop that is gone (an earlier
                 # `asyncio.run`): as good as dropped, so the check retries on a fresh one.
@@ -278,11 +302,12 @@ class SyncLane:
         try:
             conn.send_packed_command(packed(conn, commands))
             replies = []
-            for _ in commands:
+            for command in commands:
                 try:
-                    replies.append(conn.read_response())
+                    reply = conn.read_response()
                 except redis.exceptions.ResponseError as exc:  # an error reply, read whole
-                    replies.append(exc)
+                    reply = exc
+                replies.append(_own(command, reply))
         except BaseException as exc:
             self._drop(conn, exc)
             raise
