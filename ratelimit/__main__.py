@@ -1,12 +1,12 @@
 """The library's command line: `python -m ratelimit COMMAND ...`.
 
     python -m ratelimit key demo --scope geofence --prefix demo --algorithm log
-    demo:log:{GYTthtZt6_IjW9bBdrPKFw}
+    demo:log:1000:{GYTthtZt6_IjW9bBdrPKFw}
 
 `key` prints the Redis key that holds a client's budget on a route limited by
 `ratelimit.http`, for `redis-cli` (`ZCARD`, `PTTL`, ...); in Python,
-`ratelimit.keys.route_key(api_key, scope=..., prefix=..., algorithm=...)`. Each command
-is one function `_<name>(args) -> exit status`, registered in `parser()`.
+`ratelimit.keys.route_key(api_key, scope=..., prefix=..., algorithm=..., window_ms=...)`.
+Each command is one function `_<name>(args) -> exit status`, registered in `parser()`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def _key(args: argparse.Namespace) -> int:
             scope=args.scope,
             prefix=args.prefix,
             algorithm=args.algorithm,
+            window_ms=args.window_ms,
             readable=args.readable_keys,
         )
     )
@@ -90,6 +91,13 @@ def parser() -> argparse.ArgumentParser:
         choices=_ALGORITHMS,
         help="the limiter's algorithm tag (default: logc, the sliding log's default "
         "storage; log is its storage=sorted-set)",
+    )
+    key.add_argument(
+        "--window-ms",
+        type=int,
+        default=1000,
+        help="the limiter's window in ms (default: 1000, the demo's): tiers with other "
+        "windows keep other keys",
     )
     key.add_argument(
         "--readable-keys", action="store_true", help="the limiter has readable_keys=True"

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from . import clock as clocks
 from . import validation
 from .scripts import Constant
 
@@ -102,6 +103,11 @@ class Algorithm:
             "ttl": str(policy.state_ttl_ms() + policy.ttl_slack_ms),
             "L1": policy.max_remaining() + 1,  # radixes of the one-integer reply
             "R": 2 * window + 1,
+            # -1: every stored time is trusted (see lua/prelude.lua).
+            "skew": -1 if policy.clock_tolerance_ms is None else policy.clock_tolerance_ms,
+            # 1: the bound is Redis's clock plus skew; 0: the checking host's own time
+            # (an injected clock's times have nothing to do with Redis's).
+            "judge": 1 if policy.clock is clocks.DEFAULT else 0,
         }
         out.update(self._own_constants(policy))
         return out
@@ -192,16 +198,17 @@ class CompactLog(Algorithm):
 @dataclass(frozen=True, slots=True)
 class FixedWindow(Algorithm):
     """One count per calendar window, packed with the window's number into one integer
-    (lua/fixed_window.lua): M = 2 * limit + 1 counts per window number, P numbers."""
+    (lua/fixed_window.lua): P window numbers, M = floor(2**53 / P) counts each. Both
+    depend on the window alone, so a limit changed on a live key reads its count."""
 
     def _own_constants(self, policy: Any) -> dict[str, Constant]:
-        m = 2 * policy.limit + 1
-        return {"M": m, "P": EXACT // m}
+        p = validation.fixed_window_periods(policy.window_ms)
+        return {"M": EXACT // p, "P": p}
 
     def opener(self, policy: Any) -> Opener | None:
         window = policy.window_ms
-        m = 2 * policy.limit + 1
-        p = EXACT // m
+        p = validation.fixed_window_periods(window)
+        m = EXACT // p
         return lambda now, cost: b"%d" % (now // window % p * m + cost)
 
     def effective_window_ms(self, policy: Any, decision: Any) -> int | None:

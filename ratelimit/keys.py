@@ -19,7 +19,7 @@ about the API key alone, so that routes never share a budget (how a request's id
 is derived is `ratelimit.identity`'s). `route_key` gives the Redis key of an API key (or
 an address) on a route without building the app, as `python -m ratelimit key` does:
 
-    route_key("demo", scope="geofence", prefix="demo")   # 'demo:log:{...}'
+    route_key("demo", scope="geofence", prefix="demo")   # 'demo:logc:1000:{...}'
 """
 
 from __future__ import annotations
@@ -75,14 +75,21 @@ def make_key(
     algorithm: str,
     identity: str | bytes,
     *,
+    window_ms: int,
     secret: bytes | None = None,
     readable: bool = False,
 ) -> str:
-    """`<prefix>:<algorithm>:{<digest>}`, or with `readable` `...:<excerpt>:{<digest>}`."""
+    """`<prefix>:<algorithm>:<window_ms>:{<digest>}`, or with `readable`
+    `...:<window_ms>:<excerpt>:{<digest>}`.
+
+    The algorithm (the log's storage included) and the window are in the key because
+    limiters that differ in either keep state the other cannot read: a per-second and a
+    per-hour tier of one identity must not trim each other's history. The limit is not:
+    a limit changed on a live key (a deploy) reads the history the old one wrote."""
     tag = "{" + digest(identity, secret) + "}"
     if readable:
-        return f"{prefix}:{algorithm}:{readable_excerpt(identity)}:{tag}"
-    return f"{prefix}:{algorithm}:{tag}"
+        return f"{prefix}:{algorithm}:{window_ms}:{readable_excerpt(identity)}:{tag}"
+    return f"{prefix}:{algorithm}:{window_ms}:{tag}"
 
 
 def route_key(
@@ -92,13 +99,14 @@ def route_key(
     scope: str = "default",
     prefix: str = "rl",
     algorithm: str = "logc",
+    window_ms: int = 1000,
     secret: bytes | None = None,
     readable: bool = False,
 ) -> str:
     """The Redis key holding the budget of `api_key` (or of a client `address`, an IPv6
     one as its network, e.g. "2001:db8::/64") on the route `scope`, for a limiter built
     with `prefix`, `algorithm` ("logc": the sliding log's default storage; "log" with
-    storage="sorted-set", "fw", "swc", "gcra"),
+    storage="sorted-set", "fw", "swc", "gcra"), a window of `window_ms`,
     `key_secret=secret` and `readable_keys=readable`: the key that route's
     `RateLimit.key_for(api_key)` names."""
     if (api_key is None) == (address is None):
@@ -107,5 +115,10 @@ def route_key(
     identity = route_identity(scope, kind, value)  # type: ignore[arg-type]
     tag = algorithms.get(algorithm).name
     return make_key(
-        validation.prefix(prefix), tag, identity, secret=validate_secret(secret), readable=readable
+        validation.prefix(prefix),
+        tag,
+        identity,
+        window_ms=validation.window_ms(None, window_ms),
+        secret=validate_secret(secret),
+        readable=readable,
     )

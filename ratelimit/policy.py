@@ -20,13 +20,15 @@ from . import clock as clocks
 from .algorithms import Algorithm
 
 VIRTUAL_CLOCK_TTL_SLACK_MS = 3_600_000
+# How far ahead of Redis's clock a stored time is trusted, by default (real clocks only).
+DEFAULT_CLOCK_TOLERANCE_MS = 1000
 
 # Attributes that hold an option: set once in __init__, never again.
 _FIXED = frozenset(
     {
         "algorithm", "window_ms", "limit", "prefix", "clock", "on_error", "timeout",
         "readable_keys", "ttl_slack_ms", "burst", "redis", "near_cache", "auto_pipeline",
-        "wait_replicas",
+        "wait_replicas", "clock_tolerance_ms",
     }
 )  # fmt: skip
 
@@ -38,6 +40,8 @@ class Policy:
     """Window, limit, clock, keys and failure options, validated once."""
 
     algorithm: ClassVar[Algorithm]
+    # The tolerance a real clock gets when none is given (see `clock_tolerance_ms`).
+    default_clock_tolerance_ms: ClassVar[int | None] = DEFAULT_CLOCK_TOLERANCE_MS
 
     def __init__(
         self,
@@ -52,6 +56,7 @@ class Policy:
         readable_keys: bool = False,
         key_secret: bytes | None = None,
         ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
     ) -> None:
         # What builds an equal policy (`with_options`), as given: a default left as None
         # is worked out again from the other options of the copy.
@@ -65,6 +70,7 @@ class Policy:
             "readable_keys": readable_keys,
             "key_secret": key_secret,
             "ttl_slack_ms": ttl_slack_ms,
+            "clock_tolerance_ms": clock_tolerance_ms,
         }
         self.window_ms = self._options["window_ms"]
         self.limit = validation.limit(limit, self.algorithm.max_limit)
@@ -88,10 +94,22 @@ class Policy:
         self.ttl_slack_ms = validation.non_negative_int(
             "ttl_slack_ms", ttl_slack_ms, validation.MAX_WINDOW_MS
         )
+        # A host whose clock runs far ahead (an NTP step, a VM restored from a snapshot)
+        # stamps state that every later check would otherwise wait for. The scripts
+        # trust a stored time only up to Redis's clock plus this many ms (see
+        # lua/prelude.lua). A virtual clock's times have nothing to do with Redis's, so
+        # by default it trusts every time (None here).
+        if clock_tolerance_ms is None:
+            real = clock is clocks.DEFAULT or clock == clocks.REDIS
+            self.clock_tolerance_ms = self.default_clock_tolerance_ms if real else None
+        else:
+            self.clock_tolerance_ms = validation.non_negative_int(
+                "clock_tolerance_ms", clock_tolerance_ms, validation.MAX_WINDOW_MS
+            )
         # Hot-path caches (the options above never change after construction): the
-        # largest valid cost, and the key's constant head "<prefix>:<algorithm>:{".
+        # largest valid cost, and the key's constant head "<prefix>:<algorithm>:<window>:{".
         self._max_cost = self.limit
-        self._key_head = f"{self.prefix}:{self.algorithm.name}:{{"
+        self._key_head = f"{self.prefix}:{self.algorithm.name}:{self.window_ms}:{{"
         self._more_options()
 
     def _more_options(self) -> None:
@@ -110,7 +128,7 @@ class Policy:
 
         Takes the constructor's keyword options (`window_seconds` or `window_ms`,
         `limit`, `prefix`, `clock`, `on_error`, `timeout`, `readable_keys`,
-        `key_secret`, `ttl_slack_ms`, and `burst`, `storage`, `near_cache`,
+        `key_secret`, `ttl_slack_ms`, `clock_tolerance_ms`, and `burst`, `storage`, `near_cache`,
         `auto_pipeline` or `wait_replicas` where they apply).
         A Redis limiter's copy talks to the same client with a near-cache of its own.
         """
@@ -146,6 +164,7 @@ class Policy:
             self.prefix,
             self.algorithm.name,
             identity,
+            window_ms=self.window_ms,
             secret=self._secret,
             readable=self.readable_keys,
         )

@@ -137,15 +137,20 @@ def count(name: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
-def fixed_window_range(window_ms: int, limit: int) -> None:
-    """ValueError when lua/fixed_window.lua could confuse two windows under these options.
+def fixed_window_periods(window_ms: int) -> int:
+    """P, how many window numbers lua/fixed_window.lua tells apart: enough that two
+    windows P/2 or more apart lie more than a year apart (no key, clock skew or replay
+    lasts longer). It depends on the window alone, so limiters that differ only in
+    their limit read each other's counts."""
+    return -(-2 * MAX_WINDOW_MS // window_ms)
 
-    The script keeps window numbers modulo P = floor(2**53 / (2 * limit + 1)), so two
-    windows P/2 or more apart look alike; that span must exceed a year (no key, clock
-    skew or replay lasts longer). Only rates above about 70 million per second fail.
-    """
-    span_ms = (2**53 // (2 * limit + 1)) * window_ms // 2
-    if span_ms < MAX_WINDOW_MS:
+
+def fixed_window_range(window_ms: int, limit: int) -> None:
+    """ValueError when lua/fixed_window.lua could not count `limit` exactly in windows of
+    `window_ms`: it packs (window number mod P) * M + count into one integer below
+    2**53, with M = floor(2**53 / P) and a count of at most 2 * limit. Only rates above
+    about 35 million per second fail."""
+    if 2 * limit + 1 > 2**53 // fixed_window_periods(window_ms):
         raise ValueError(
             f"a fixed window of {limit} per {window_ms} ms is beyond what the script can "
             "count exactly; use a longer window or a smaller limit"

@@ -36,17 +36,30 @@ if h then
   x1, x2, x3, x4, x5, x6 = byte(h, -6, -1)
   newest = ((x1 * 256 + x2) * 256 + x3) * 16777216 + (x4 * 256 + x5) * 256 + x6 - OFFSET
 end
+-- The bound up to which stored times are trusted, when the newest is beyond it (see
+-- prelude.lua, `skew`); nil otherwise, as on nearly every check.
+local bound
+if h and skew >= 0 and newest > now + skew then
+  bound = now + skew
+  if sent and judge == 1 then
+    local t = redis.call('TIME')
+    bound = t[1] * 1000 + math.floor(t[2] / 1000) + skew
+  end
+  if newest <= bound then bound = nil end
+end
 local at = now
 if newest > at then at = newest end
 local edge = at - window -- an entry stamped e is in the window while e > edge
 
--- Reading any entry, past the header: only once entries have left the window, or
--- for a rejection of cost > 1 (most checks never get here, and skip building it).
+-- Reading any entry, past the header: only once entries have left the window, for a
+-- rejection of cost > 1, or when the log holds more than the limit (a lower limit
+-- now reads a log written under a higher one). Most checks need none of that, and
+-- skip building it.
 local t, loaded, entry = nil, nil, nil
 -- The head and tail chunks' numbers (an empty log's head is chunk 0), worked out only
 -- where they are needed: a rejection that reads the header alone needs neither.
 local hc, tc
-if h and (o <= edge or cost > 1) then
+if h and (o <= edge or cost > 1 or s - b > limit or bound) then
   hc, tc = math.floor((s - 1) / C), math.floor(b / C) -- (h: s > 0)
   loaded = {}
   entry = function(q)
@@ -67,6 +80,47 @@ if h and (o <= edge or cost > 1) then
     local x1, x2, x3, x4, x5, x6 = byte(str, i, i + 5)
     return ((x1 * 256 + x2) * 256 + x3) * 16777216 + (x4 * 256 + x5) * 256 + x6 - OFFSET
   end
+end
+
+if bound then
+  -- Entries beyond the bound (a suffix: the log is sorted) are rewritten to it, chunk
+  -- by chunk; the log stays sorted, and the header's o with them if entry b is one.
+  local lo, hi = b, s - 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if entry(mid) > bound then hi = mid else lo = mid + 1 end
+  end
+  local x = bound + OFFSET
+  local xhi = math.floor(x / 16777216)
+  local xlo = x - xhi * 16777216
+  local stamp = string.char(math.floor(xhi / 65536), math.floor(xhi / 256) % 256, xhi % 256,
+    math.floor(xlo / 65536), math.floor(xlo / 256) % 256, xlo % 256)
+  for k = math.floor(lo / C), hc do
+    local first = math.max(lo, k * C) - k * C
+    local n = math.min(s - 1, k * C + C - 1) - k * C - first + 1
+    if k == hc then
+      h = string.sub(h, 1, 18 + first * 6) .. string.rep(stamp, n) .. string.sub(h, 19 + (first + n) * 6)
+    elseif k == tc then
+      t = t or redis.call('HGET', key, 't')
+      t = string.sub(t, 1, first * 6) .. string.rep(stamp, n) .. string.sub(t, 1 + (first + n) * 6)
+      redis.call('HSET', key, 't', t)
+    else
+      local str = loaded[k] or redis.call('HGET', key, tostring(k))
+      loaded[k] = string.sub(str, 1, first * 6) .. string.rep(stamp, n) .. string.sub(str, 1 + (first + n) * 6)
+      redis.call('HSET', key, tostring(k), loaded[k])
+    end
+  end
+  if lo == b then
+    o = bound
+    h = string.sub(h, 1, 12) .. stamp .. string.sub(h, 19)
+  end
+  redis.call('HSET', key, 'h', h)
+  newest = bound
+  at = now
+  if newest > at then at = newest end
+  edge = at - window
+  -- The key lives until the moved entries leave the window, as if written at the bound.
+  redis.call('PEXPIRE', key, at + window - now + ttl_slack)
 end
 
 local moved = false -- whether b moved past entries that have left
@@ -100,7 +154,9 @@ if count + cost > limit then
   -- request's own time, so they are never early for it.
   local blocking = o
   if count + cost - limit > 1 then blocking = entry(b + count + cost - limit - 1) end
-  ok, left, retry_ms, reset_ms, decided_at = 0, limit - count, blocking + window - now, newest + window - now, at
+  local remaining = limit - count
+  if remaining < 0 then remaining = 0 end
+  ok, left, retry_ms, reset_ms, decided_at = 0, remaining, blocking + window - now, newest + window - now, at
   break
 end
 

@@ -1,10 +1,12 @@
 -- Fixed window: one counter per identity for the current aligned window
 -- [k * window, (k + 1) * window). Counts admitted cost only.
 -- key: a string holding one integer, (window number mod P) * M + cost admitted in it.
--- M = 2 * limit + 1: adding a cost (<= limit) to a count (<= limit) never carries into
--- the window digits. P = floor(2^53 / M) keeps the integer exact in a Lua double;
--- windows P/2 or more apart would be confused, so policy.py refuses the (extreme)
--- options under which that spans less than a year of time. M and P are constants.
+-- P window numbers span two years (windows P/2 or more apart would be confused) and
+-- M = floor(2^53 / P) keeps the integer exact in a Lua double; both depend on the
+-- window alone, so a limiter with another limit reads the same count. Adding a cost
+-- (<= limit) to a count (<= the limit it was admitted under) never carries into the
+-- window digits: validation.fixed_window_range refuses limits above M / 2 for the
+-- window. M and P are constants.
 -- A request that opens its window is one SET (NX, GET, with its TTL) of ARGV[3], the
 -- value the client worked out; a later one in the same window adds its cost with
 -- INCRBY (the key keeps the TTL it got when its window opened, which covers that
@@ -43,12 +45,33 @@ end
 
 -- The stored window never moves backwards: a request stamped before it (its host's
 -- clock is behind the one that opened the window) counts in the stored window.
-if behind ~= 0 then number = number + P - behind end
+if behind ~= 0 then
+  number = number + P - behind
+  if skew >= 0 and number * window > now + skew then
+    -- A window opened by a host far ahead: its count moves to the window that holds
+    -- the bound up to which times are trusted (prelude.lua, `skew`), if that is earlier.
+    local bound = now + skew
+    if sent and judge == 1 then
+      local t = redis.call('TIME')
+      bound = t[1] * 1000 + math.floor(t[2] / 1000) + skew
+    end
+    local trusted = math.floor(bound / window)
+    if trusted < number then
+      number = math.max(trusted, math.floor(now / window))
+      stored = number % P * M + stored - stored_number * M
+      stored_number = number % P
+      redis.call('SET', key, stored, 'PX', (number + 1) * window - now + ttl_slack)
+    end
+  end
+end
 local used = stored - stored_number * M + cost -- including this request's cost
 local reset = (number + 1) * window - now
 if used > limit then
-  -- The next window starts empty, and cost <= limit, so it fits then.
-  ok, left, retry_ms, reset_ms, decided_at = 0, limit - used + cost, reset, reset, now
+  -- The next window starts empty, and cost <= limit, so it fits then. (The count can
+  -- exceed the limit: a lower limit read a count admitted under a higher one.)
+  local remaining = limit - used + cost
+  if remaining < 0 then remaining = 0 end
+  ok, left, retry_ms, reset_ms, decided_at = 0, remaining, reset, reset, now
   break
 end
 redis.call('INCRBY', key, ARGV[2])

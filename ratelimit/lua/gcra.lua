@@ -19,6 +19,19 @@ local tat = now
 if stored then
   tat = stored + 0
   if tat < now then tat = now end
+  if skew >= 0 and tat > now + skew + tolerance then
+    -- Written by a host far ahead: no check at the bound up to which times are trusted
+    -- (prelude.lua, `skew`) could have left a TAT beyond bound + tolerance.
+    local bound = now + skew
+    if sent and judge == 1 then
+      local t = redis.call('TIME')
+      bound = t[1] * 1000 + math.floor(t[2] / 1000) + skew
+    end
+    if tat > bound + tolerance then
+      tat = math.max(bound + tolerance, now)
+      redis.call('SET', key, tat, 'PX', math.ceil(tat - now) + 1 + ttl_slack)
+    end
+  end
 end
 local new_tat = tat + interval * cost
 local allow_at = new_tat - tolerance

@@ -7,6 +7,15 @@
 --              longest its state can matter), as text: Redis formats a number
 --              argument with %.17g, which costs as much as a command
 --   L1, R      the radixes of the one-integer reply below
+--   skew       how far ahead of Redis's clock a stored time is trusted, in ms (-1: any).
+--              A host whose clock runs far ahead leaves times that every later check
+--              would wait for. A script that finds a stored time more than `skew` ahead
+--              of its own `now` reads Redis's clock (TIME, on that path only) and brings
+--              every stored time beyond Redis's clock + skew back to that bound, as if
+--              the host that wrote it had been that far ahead and no further. A host
+--              that is behind changes nothing: the stored times are within the bound.
+--   judge      1: the bound is Redis's clock + skew; 0: the check's own time + skew (a
+--              limiter on an injected clock, whose times are not Redis's)
 -- and whatever the algorithm's own file names. A check sends:
 --   KEYS[1]  the identity's key
 --   ARGV[1]  now in ms, or "" to read the server's clock (TIME)

@@ -13,6 +13,28 @@
 -- and no rolling window of recorded times ever holds more than the limit.
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
 newest = newest and newest + 0 or now
+if skew >= 0 and newest > now + skew then
+  local bound = now + skew
+  if sent and judge == 1 then
+    local t = redis.call('TIME')
+    bound = t[1] * 1000 + math.floor(t[2] / 1000) + skew
+  end
+  if newest > bound then
+    -- Entries beyond the bound move back to it (ZADD XX: scores only, in batches).
+    local ahead = redis.call('ZRANGEBYSCORE', key, '(' .. bound, '+inf')
+    for i = 1, #ahead, 500 do
+      local moved = {}
+      for j = i, math.min(i + 499, #ahead) do
+        moved[#moved + 1] = bound
+        moved[#moved + 1] = ahead[j]
+      end
+      redis.call('ZADD', key, 'XX', unpack(moved))
+    end
+    newest = bound
+    -- The key lives until they leave the window, as if written at the bound.
+    redis.call('PEXPIRE', key, math.max(now, bound) + window - now + ttl_slack)
+  end
+end
 local at = now
 if newest > at then at = newest end
 -- An entry stamped at s is in the window while s > at - window.

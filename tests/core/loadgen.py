@@ -297,7 +297,7 @@ class LoadConfig:
     @property
     def key(self) -> str:
         """The Redis key every process's checks go to."""
-        return keys.make_key(self.prefix, self.algorithm, self.identity)
+        return keys.make_key(self.prefix, self.algorithm, self.identity, window_ms=self.window_ms)
 
 
 @dataclass(frozen=True, eq=False)  # a DataFrame has no single truth value for ==

@@ -100,7 +100,8 @@ async def stored_values(client: Any, key: bytes) -> list[bytes]:
 def key_bound(limiter: Any) -> int:
     """The longest key a limiter may write, whatever the identity."""
     readable = keys.READABLE_CHARS + 1 if limiter.readable_keys else 0
-    return len(limiter.prefix) + len(limiter.algorithm.name) + 2 + 24 + readable
+    window = len(str(limiter.window_ms)) + 1
+    return len(limiter.prefix) + len(limiter.algorithm.name) + 2 + window + 24 + readable
 
 
 # --- 1. Options --------------------------------------------------------------------------------
@@ -408,9 +409,7 @@ def for_class(row: BadCheck, name: str) -> tuple[dict[str, Any], Any, str]:
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
 @pytest.mark.parametrize("row", ALL_BAD_CHECKS, ids=lambda r: r.id)
-async def test_bad_check_touches_nothing_and_costs_nothing(
-    kind, row, client, sync_client, prefix
-):
+async def test_bad_check_touches_nothing_and_costs_nothing(kind, row, client, sync_client, prefix):
     redis_client = client if kind == "async" else sync_client
     for name in NAMES:
         options, cost, fragment = for_class(row, name)
@@ -470,7 +469,7 @@ def test_identity_key_shape(row, readable):
         limiter = make("model", name, **opt(prefix="p", readable_keys=readable))
         key = limiter.key_for(row.value)
         assert len(key) <= key_bound(limiter)
-        head = f"p:{limiter.algorithm.name}:"
+        head = f"p:{limiter.algorithm.name}:{limiter.window_ms}:"
         assert key.startswith(head)
         rest = key[len(head) :]
         tag = "{" + keys.digest(row.value) + "}"
@@ -567,33 +566,40 @@ CYRILLIC = "ключ-доступа".encode()
 HTTP_ROWS = [
     # addresses and X-Forwarded-For
     HttpRow("no-key", [], 200, f"address:{UNTRUSTED}"),
+    HttpRow("xff-untrusted-peer", xff("198.51.100.1"), 200, f"address:{UNTRUSTED}"),
     HttpRow(
-        "xff-untrusted-peer", xff("198.51.100.1"), 200, f"address:{UNTRUSTED}"
+        "xff-untrusted-many-lines",
+        xff(*[f"198.51.100.{i}" for i in range(200)]),
+        200,
+        f"address:{UNTRUSTED}",
     ),
-    HttpRow("xff-untrusted-many-lines", xff(*[f"198.51.100.{i}" for i in range(200)]), 200,
-            f"address:{UNTRUSTED}"),
     HttpRow("xff-untrusted-claims-proxy", xff("10.0.0.9"), 200, f"address:{UNTRUSTED}"),
+    HttpRow("xff-trusted", xff("198.51.100.7"), 200, "address:198.51.100.7", PROXY),
     HttpRow(
-        "xff-trusted", xff("198.51.100.7"), 200, "address:198.51.100.7", PROXY
+        "xff-trusted-spoofed-left",
+        xff("1.2.3.4, 198.51.100.7"),
+        200,
+        "address:198.51.100.7",
+        PROXY,
+    ),
+    HttpRow("xff-trusted-chain", xff("198.51.100.7, 10.0.0.9"), 200, "address:198.51.100.7", PROXY),
+    HttpRow(
+        "xff-trusted-two-lines", xff("1.2.3.4", "198.51.100.8"), 200, "address:198.51.100.8", PROXY
     ),
     HttpRow(
-        "xff-trusted-spoofed-left", xff("1.2.3.4, 198.51.100.7"), 200,
-        "address:198.51.100.7", PROXY,
+        "xff-long-trusted-chain",
+        xff("198.51.100.9, " + "10.0.0.3, " * 2000 + "10.0.0.4"),
+        200,
+        "address:198.51.100.9",
+        PROXY,
     ),
-    HttpRow("xff-trusted-chain", xff("198.51.100.7, 10.0.0.9"), 200, "address:198.51.100.7",
-            PROXY),
-    HttpRow("xff-trusted-two-lines", xff("1.2.3.4", "198.51.100.8"), 200,
-            "address:198.51.100.8", PROXY),
-    HttpRow("xff-long-trusted-chain", xff("198.51.100.9, " + "10.0.0.3, " * 2000 + "10.0.0.4"),
-            200, "address:198.51.100.9", PROXY),
     HttpRow("xff-garbage", xff("garbage"), 200, f"address:{PROXY}", PROXY),
     HttpRow("xff-empty-entries", xff(",, ,"), 200, f"address:{PROXY}", PROXY),
     HttpRow("xff-bad-octet", xff("999.1.1.1"), 200, f"address:{PROXY}", PROXY),
     HttpRow("xff-five-octets", xff("1.2.3.4.5"), 200, f"address:{PROXY}", PROXY),
     HttpRow("xff-NUL", xff("198.51.100.7\x00"), 200, f"address:{PROXY}", PROXY),
     HttpRow("xff-20kB", xff("9" * 20_000), 200, f"address:{PROXY}", PROXY),
-    HttpRow("xff-ipv4-mapped", xff("::ffff:198.51.100.7"), 200, "address:198.51.100.7",
-            PROXY),
+    HttpRow("xff-ipv4-mapped", xff("::ffff:198.51.100.7"), 200, "address:198.51.100.7", PROXY),
     HttpRow("xff-ipv6-zone", xff("2001:db8::1%eth0"), 200, "address:2001:db8::/64", PROXY),
     HttpRow("peer-not-an-address", [], 200, "address:testclient", "testclient"),
     # API keys
@@ -601,8 +607,7 @@ HTTP_ROWS = [
     HttpRow("key-blank", api_key(b"  \t "), 200, f"address:{UNTRUSTED}"),
     HttpRow("key-padded", api_key(b"  sk_padded_key  "), 200, "key:sk_padded_key"),
     HttpRow("key-plain", api_key(b"sk_padded_key"), 200, "key:sk_padded_key"),
-    HttpRow("key-at-max", api_key(b"M" * MAX_API_KEY_BYTES), 200,
-            "key:" + "M" * MAX_API_KEY_BYTES),
+    HttpRow("key-at-max", api_key(b"M" * MAX_API_KEY_BYTES), 200, "key:" + "M" * MAX_API_KEY_BYTES),
     HttpRow("key-over-max", api_key(b"M" * (MAX_API_KEY_BYTES + 1)), 431, None),
     HttpRow("key-100kB", api_key(BIG_KEY), 431, None),
     HttpRow("key-non-ascii", api_key(CYRILLIC), 200, as_key(CYRILLIC)),
@@ -615,13 +620,16 @@ HTTP_ROWS = [
     HttpRow("key-braces", api_key(b"{tag}key"), 200, "key:{tag}key"),
     HttpRow("key-glob", api_key(b"*?[key]"), 200, "key:*?[key]"),
     HttpRow(  # an API key naming an address is still a key: its own budget
-        "key-like-address", api_key(f"address:{UNTRUSTED}".encode()), 200,
+        "key-like-address",
+        api_key(f"address:{UNTRUSTED}".encode()),
+        200,
         f"key:address:{UNTRUSTED}",
     ),
     HttpRow("key-twice", api_key(b"a") + api_key(b"b"), 400, None),
     HttpRow("key-twice-case", [(b"x-api-key", b"a"), (b"X-API-KEY", b"a")], 400, None),
-    HttpRow("key-and-xff", api_key(b"sk_with_xff") + xff("198.51.100.1"), 200,
-            "key:sk_with_xff", PROXY),
+    HttpRow(
+        "key-and-xff", api_key(b"sk_with_xff") + xff("198.51.100.1"), 200, "key:sk_with_xff", PROXY
+    ),
 ]
 RAW_KEYS = [
     value.strip()
@@ -669,9 +677,7 @@ async def test_http_bad_requests(client, prefix):
         assert r.headers["ratelimit"] == f'"bad";r={remaining}', row.id  # a log's 200: no t
     found = await redis_keys(client, prefix)
     assert len(found) == len(used)
-    assert {k.decode() for k in found} == {
-        limiter.key_for(f"bad:{identity}") for identity in used
-    }
+    assert {k.decode() for k in found} == {limiter.key_for(f"bad:{identity}") for identity in used}
     assert len(RAW_KEYS) >= 10
     for key in found:
         assert len(key) <= key_bound(limiter)

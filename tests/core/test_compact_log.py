@@ -30,7 +30,7 @@ def test_storage_picks_the_script_and_the_key_tag():
     client = fakeredis.FakeAsyncRedis()
     log = compact(client, 1, 10)
     assert log.algorithm is algorithms.COMPACT_LOG and log.storage == "compact"
-    assert log.key_for("a").startswith("rl:logc:{")
+    assert log.key_for("a").startswith("rl:logc:1000:{")
     assert SlidingWindowLimiter(client, 1, 10).storage == "compact"  # the default
     sorted_set = SlidingWindowLimiter(client, 1, 10, storage="sorted-set")
     assert sorted_set.algorithm is algorithms.SLIDING_LOG
@@ -89,10 +89,20 @@ async def test_fifty_concurrent_checks_admit_exactly_the_limit(client, prefix):
 
 async def test_key_outlives_an_entry_stamped_in_the_future(client, prefix):
     ahead = compact(client, 1, 10, prefix=prefix, clock=lambda: time.time() + 5)
-    now = compact(client, 1, 10, prefix=prefix)
+    now = compact(client, 1, 10, prefix=prefix, clock_tolerance_ms=10_000)
     await ahead.check("alice")
     assert (await now.check("alice")).reset_after_ms > 5000
     assert await client.pttl(now.key_for("alice")) > 5000
+
+
+async def test_an_entry_beyond_the_tolerance_is_brought_back_to_it(client, prefix):
+    ahead = compact(client, 1, 10, prefix=prefix, clock=lambda: time.time() + 5)
+    now = compact(client, 1, 10, prefix=prefix)
+    await ahead.check("alice")
+    decision = await now.check("alice")
+    assert decision.remaining == 8
+    assert 1000 < decision.reset_after_ms <= 2000 + 5
+    assert 1000 < await client.pttl(now.key_for("alice")) <= 2000 + 5
 
 
 def test_chunks_are_written_once_and_dropped_once_left_behind(sync_client, prefix):

@@ -41,7 +41,8 @@ from ratelimit.lab import reference
 
 # Every limiter class, and the sliding log in each of its storages ("<class>/<storage>").
 NAMES = [a.class_name for a in algorithms.ALGORITHMS] + [
-    f"SlidingWindowLimiter/{storage}" for storage in algorithms.LOG_STORAGES
+    f"SlidingWindowLimiter/{storage}"
+    for storage in algorithms.LOG_STORAGES
     if algorithms.LOG_STORAGES[storage] is not algorithms.SLIDING_LOG
 ]
 EXCERPT = r"[A-Za-z0-9._@%-]{1," + str(keys.READABLE_CHARS) + "}"
@@ -81,15 +82,30 @@ def test_key_is_bounded_and_the_same_on_every_path(identity, name, prefix, reada
     lim = limiter(name, prefix=prefix, readable_keys=readable, key_secret=secret)
     key = lim.key_for(identity)
     generic = keys.make_key(
-        prefix, lim.algorithm.name, identity, secret=secret, readable=readable
+        prefix,
+        lim.algorithm.name,
+        identity,
+        window_ms=lim.window_ms,
+        secret=secret,
+        readable=readable,
     )
     assert key == generic  # the hot path builds the same key as the documented one
-    head = re.escape(f"{prefix}:{lim.algorithm.name}:")
+    head = re.escape(f"{prefix}:{lim.algorithm.name}:{lim.window_ms}:")
     excerpt = f"(?P<excerpt>{EXCERPT}):" if readable else ""
     match = re.fullmatch(head + excerpt + TAG, key)
     assert match, key
     assert match["tag"] == keys.digest(identity, secret)
-    assert len(key) <= len(prefix) + 1 + len(lim.algorithm.name) + 1 + 24 + 25 * readable
+    assert (
+        len(key)
+        <= len(prefix)
+        + 1
+        + len(lim.algorithm.name)
+        + 1
+        + len(str(lim.window_ms))
+        + 1
+        + 24
+        + 25 * readable
+    )
     # A bytes identity and its text form are one identity; nothing else is folded.
     if isinstance(identity, str):
         assert key == lim.key_for(identity.encode("utf-8", "surrogatepass"))
@@ -133,7 +149,9 @@ def test_no_collisions_in_two_hundred_thousand_identities():
     # The limiter's fast path agrees on a slice of the sample.
     lim = limiter("SlidingWindowLimiter")
     for identity in identities[::97]:
-        assert lim.key_for(identity) == keys.make_key("rl", "logc", identity)
+        assert lim.key_for(identity) == keys.make_key(
+            "rl", "logc", identity, window_ms=lim.window_ms
+        )
 
 
 @settings(max_examples=300, deadline=None)
@@ -194,9 +212,7 @@ def scenarios(draw: Any, gcra: bool, concurrent: bool = False) -> dict[str, Any]
     if gcra:
         options["burst"] = draw(st.integers(1, 2 * limit))
     max_cost = min(limit, options.get("burst", limit))
-    identities = draw(
-        st.lists(WHO, min_size=1, max_size=4, unique_by=keys.identity_bytes)
-    )
+    identities = draw(st.lists(WHO, min_size=1, max_size=4, unique_by=keys.identity_bytes))
     kinds = ["async"] if concurrent else ["async", "sync"]
     # Two to four instances; group 0 shares keys, group 1 has a prefix of its own.
     instances = draw(
@@ -236,9 +252,7 @@ class World:
         self.run_id = uuid.uuid4().hex[:10]
         name, _, storage = name.partition("/")
         options = {**scenario["options"], **({"storage": storage} if storage else {})}
-        self.models = [
-            getattr(reference, name)(clock=self.clock, **options) for _ in range(2)
-        ]
+        self.models = [getattr(reference, name)(clock=self.clock, **options) for _ in range(2)]
         self.instances = []
         for kind, group in scenario["instances"]:
             module = ratelimit if kind == "async" else ratelimit.sync

@@ -136,5 +136,5 @@ def test_route_identity_is_the_prefix_and_the_value():
     with pytest.raises(ValueError, match="kind"):
         identity.route_identity_prefix("tiles", "user")
     # The Redis key of a route's client is made from that identity, in `keys`.
-    limiter_key = keys.make_key("rl", "logc", "geofence:key:demo")
+    limiter_key = keys.make_key("rl", "logc", "geofence:key:demo", window_ms=1000)
     assert keys.route_key("demo", scope="geofence") == limiter_key

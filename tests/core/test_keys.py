@@ -34,7 +34,7 @@ def limiter(**kwargs):
 @pytest.mark.parametrize("identity", IDENTITIES, ids=range(len(IDENTITIES)))
 def test_key_is_bounded_and_hides_the_identity(identity):
     key = limiter().key_for(identity)
-    assert len(key) <= len("rl:logc:{}") + 22
+    assert len(key) <= len("rl:logc:1000:{}") + 22
     raw = identity if isinstance(identity, str) else identity.decode("latin-1")
     if len(raw) >= 4:
         assert raw not in key
@@ -128,6 +128,7 @@ def test_the_fast_key_path_builds_the_documented_key(secret):
 
     limiter = ratelimit.SlidingWindowLimiter(fakeredis.FakeAsyncRedis(), 1, 10, key_secret=secret)
     for identity in ["a", "alice", "évé", "\ud800x", "{tag}\n", "x" * 10_000, "🙂" * 3]:
-        assert limiter.key_for(identity) == keys.make_key("rl", "logc", identity, secret=secret)
+        expected = keys.make_key("rl", "logc", identity, window_ms=1000, secret=secret)
+        assert limiter.key_for(identity) == expected
     with pytest.raises(ValueError, match="must not be empty"):
         limiter.key_for("")

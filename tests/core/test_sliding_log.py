@@ -95,13 +95,24 @@ async def test_entry_leaves_exactly_one_window_later(client, prefix, clock):
 
 
 async def test_key_outlives_an_entry_stamped_in_the_future(client, prefix):
-    """A replica whose clock runs ahead: the TTL covers its entry too."""
+    """A replica whose clock runs ahead within the tolerance: the TTL covers its entry too."""
     ahead = SortedLog(client, 1, 10, prefix=prefix, clock=lambda: time.time() + 5)
-    now = SortedLog(client, 1, 10, prefix=prefix)
+    now = SortedLog(client, 1, 10, prefix=prefix, clock_tolerance_ms=10_000)
     await ahead.check("alice")
     decision = await now.check("alice")
     assert decision.reset_after_ms > 5000
     assert await client.pttl(now.key_for("alice")) > 5000
+
+
+async def test_an_entry_beyond_the_tolerance_is_brought_back_to_it(client, prefix):
+    """Five seconds ahead with the default 1 s tolerance: the entry counts, 1 s ahead."""
+    ahead = SortedLog(client, 1, 10, prefix=prefix, clock=lambda: time.time() + 5)
+    now = SortedLog(client, 1, 10, prefix=prefix)
+    await ahead.check("alice")
+    decision = await now.check("alice")
+    assert decision.remaining == 8  # both entries count
+    assert 1000 < decision.reset_after_ms <= 2000 + 5
+    assert 1000 < await client.pttl(now.key_for("alice")) <= 2000 + 5
 
 
 async def test_redis_clock_makes_skewed_replicas_agree(client, prefix):

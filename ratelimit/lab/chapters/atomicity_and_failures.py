@@ -627,10 +627,12 @@ def replay_with_disturbances(
     """Replay `trace` one stretch at a time on one synchronous limiter, its state kept
     between stretches, and call `disturb()` at each time in `at_s`; the replayed key is
     deleted afterwards."""
-    # With the replay's own TTL slack, the copy a replay drives loads this very script.
+    # On a virtual clock and with the replay's own TTL slack, the copy a replay drives
+    # loads this very script (its options are constants in the text).
     limiter = _SORTED_LOG.build(
-        "sync", client, window_s, limit, prefix=prefix, ttl_slack_ms=REPLAY_TTL_SLACK_MS
-    )
+        "sync", client, window_s, limit, prefix=prefix,
+        clock=ManualClock(), ttl_slack_ms=REPLAY_TTL_SLACK_MS,
+    )  # fmt: skip
     sha, bounds = script_sha(limiter), [-np.inf, *at_s, np.inf]
     pieces, cached_after, cached_later = [], [], []
     for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):

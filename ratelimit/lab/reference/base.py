@@ -20,8 +20,12 @@ class ReferenceLimiter(Policy):
     subclass's `run`, which takes one identity's requests in time order; `check`
     runs it on a single request, and `ratelimit.lab.replay` on whole traces, so both
     paths share one statement of the algorithm. `clock="redis"` falls back to the
-    host's clock, since there is no Redis to ask.
+    host's clock, since there is no Redis to ask. For the same reason a model trusts
+    every time it is given unless `clock_tolerance_ms` is set: its only clock is the
+    requests' own.
     """
+
+    default_clock_tolerance_ms = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

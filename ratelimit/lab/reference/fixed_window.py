@@ -19,8 +19,13 @@ class FixedWindowLimiter(ReferenceLimiter):
         window, limit = self.window_ms, self.limit
         stored, used_in_stored = self.state.get(identity, (None, 0))
         allowed, remaining, retry, reset = [], [], [], []
+        skew = self.clock_tolerance_ms
         for now, cost in zip(times_ms, costs, strict=True):
             number = math.floor(now / window)  # float division, as in Lua
+            if stored is not None and skew is not None and stored * window > now + skew:
+                # A window opened by a host far ahead: its count moves back to the
+                # window of the bound (this check's time + skew), if that is earlier.
+                stored = max(min(stored, math.floor((now + skew) / window)), number)
             if stored is not None and stored > number:
                 number = stored  # a late request (its clock is behind) counts there
             until_next = (number + 1) * window - now

@@ -26,13 +26,17 @@ class TokenBucketLimiter(GcraPolicy, ReferenceLimiter):
         allowed, remaining, retry, reset = [], [], [], []
         for now, cost in zip(times_ms, costs, strict=True):
             tat = now if stored is None or stored < now else stored
+            if self.clock_tolerance_ms is not None:
+                # A TAT no check at the bound (this check's time + skew) could leave
+                # moves back to the latest such a check could.
+                bound = now + self.clock_tolerance_ms
+                if tat > bound + tolerance:
+                    tat = stored = max(bound + tolerance, now)
             new_tat = tat + interval * cost
             allow_at = new_tat - tolerance
             if allow_at - now > EPSILON:
                 allowed.append(False)
-                remaining.append(
-                    max(math.floor((now - (tat - tolerance) + EPSILON) / interval), 0)
-                )
+                remaining.append(max(math.floor((now - (tat - tolerance) + EPSILON) / interval), 0))
                 retry.append(math.ceil(allow_at - now - EPSILON))
                 reset.append(math.ceil(tat - now))
                 continue

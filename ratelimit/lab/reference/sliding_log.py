@@ -11,7 +11,9 @@ from .base import Outcome, ReferenceLimiter
 
 class SlidingWindowLimiter(LogPolicy, ReferenceLimiter):
     """Exact: admits while the cost stamped in (at - window, at] stays within the limit,
-    where `at` is the later of the request's time and the newest stamp. `storage` is
+    where `at` is the later of the request's time and the newest stamp, once stamps
+    more than `clock_tolerance_ms` ahead of the request have moved back to that bound
+    (the script bounds them by Redis's clock on the default clock). `storage` is
     accepted for parity with the Redis limiters; both storages decide like this."""
 
     def run(self, identity: bytes, times_ms: list[int], costs: list[int]) -> Outcome:
@@ -19,7 +21,12 @@ class SlidingWindowLimiter(LogPolicy, ReferenceLimiter):
         # One stamp per admitted unit of cost, like the sorted set's members.
         stamps: list[int] = self.state.setdefault(identity, [])
         allowed, remaining, retry, reset = [], [], [], []
+        skew = self.clock_tolerance_ms
         for now, cost in zip(times_ms, costs, strict=True):
+            if skew is not None and stamps and stamps[-1] > now + skew:
+                # Stamps beyond the bound (this check's time + skew) move back to it.
+                first = bisect_right(stamps, now + skew)
+                stamps[first:] = [now + skew] * (len(stamps) - first)
             # As in the script: decided and recorded at the later of the request's own
             # time and the newest stamp, so the stamps never run backwards.
             at = stamps[-1] if stamps and stamps[-1] > now else now
