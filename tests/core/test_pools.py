@@ -76,6 +76,21 @@ def test_threads_beyond_the_default_pool_are_all_answered(real_redis_url, prefix
         client.close()
 
 
+def answered_once_given_back(limiter: ratelimit.sync.SyncLimiter) -> ratelimit.Decision:
+    """A check made while every connection of the limiter's pool is held, one of them
+    given back to the pool a moment later."""
+    pool = limiter._client.connection_pool  # the limiter's copy: one per timeout
+    held = [pool.get_connection() for _ in range(pool.max_connections)]
+    release = threading.Timer(SHORT / 3, pool.release, args=(held.pop(),))
+    release.start()
+    try:
+        return limiter.check("who")
+    finally:
+        release.join()
+        for conn in held:
+            pool.release(conn)
+
+
 def counting(pool: Any, monkeypatch: pytest.MonkeyPatch) -> Counter:
     """Count the leases asked of `pool` (its `get_connection` calls)."""
     asked: Counter = Counter()
@@ -116,15 +131,16 @@ def test_sync_check_waits_for_a_held_pool_then_names_it(
         assert asked["leases"] > 2, asked
         assert "ConnectionPool" in message and "max_connections=2" in message, message
 
-        # A connection given back to the pool while a check waits is the check's.
-        release = threading.Timer(SHORT / 3, pool.release, args=(held.pop(),))
-        release.start()
-        waited = limiter.with_options(timeout=5).check("who")
-        release.join()
-        assert not waited.degraded and waited.allowed and waited.remaining == 9, waited
     finally:
         for conn in held:
             pool.release(conn)
+    try:
+        # A connection given back to the pool while a check waits is the check's.
+        patient = limiter.with_options(timeout=5)
+        waited = answered_once_given_back(patient)
+        assert not waited.degraded and waited.allowed and waited.remaining == 9, waited
+    finally:
+        patient.close()
         limiter.close()
         client.close()
 
@@ -197,3 +213,4 @@ async def test_tasks_beyond_a_small_pool_are_all_answered(real_redis_url, prefix
         await limiter.aclose()
         await client.aclose()
     assert zcards(real_redis_url, limiter, identities) == [CHECKS_PER_TASK] * TASKS
+
