@@ -214,3 +214,32 @@ async def test_tasks_beyond_a_small_pool_are_all_answered(real_redis_url, prefix
         await client.aclose()
     assert zcards(real_redis_url, limiter, identities) == [CHECKS_PER_TASK] * TASKS
 
+
+def test_a_blocking_pool_waits_at_most_the_timeout(real_redis_url, prefix):
+    """A `BlockingConnectionPool` waits for a connection by itself, as redis-py does;
+    the limiter's copy of it waits at most the limiter's timeout, not the pool's 20 s."""
+    pool = redis.BlockingConnectionPool.from_url(real_redis_url, max_connections=2)
+    client = redis.Redis(connection_pool=pool)
+    limiter = ratelimit.sync.SlidingWindowLimiter(
+        client, 60, 10, prefix=prefix, on_error="raise", timeout=SHORT
+    )
+    copy = limiter._client.connection_pool
+    assert type(copy) is redis.BlockingConnectionPool and copy.max_connections == 2
+    assert copy.timeout == SHORT and pool.timeout == 20
+    held = [copy.get_connection() for _ in range(2)]
+    try:
+        started = time.monotonic()
+        with pytest.raises(RateLimiterUnavailable, match="No connection available"):
+            limiter.check("who")
+        assert time.monotonic() - started < 10  # (not the pool's own 20 s)
+    finally:
+        for conn in held:
+            copy.release(conn)
+    try:
+        patient = limiter.with_options(timeout=5)
+        waited = answered_once_given_back(patient)
+        assert not waited.degraded and waited.remaining == 9, waited
+    finally:
+        patient.close()
+        limiter.close()
+        client.close()
