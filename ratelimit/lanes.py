@@ -186,6 +186,7 @@ class AsyncLane:
         # The pool had no connection for the latest lease, and has not had one for a
         # lease since: a check that times out says so (`shortage`).
         self.short = False
+        self._polling: asyncio.AbstractEventLoop | None = None  # has a `_poll` timer
         self._max_idle = _max_idle(pool)
         # The callback, queued for the loop's next turn, that hands `_idle` back.
         self._give_back: asyncio.Handle | None = None
@@ -264,6 +265,8 @@ class AsyncLane:
             # on them (a write may still reach Redis, and its reply could not be read),
             # they reconnect here when next used.
             stale, self._idle = self._idle, []
+            # (Checks of that loop that still wait never will: forgotten.)
+            self._waiting = collections.deque(w for w in self._waiting if w.get_loop() is loop)
             for conn in stale:
                 await _close(conn)
                 await self.pool.release(conn)
@@ -271,7 +274,6 @@ class AsyncLane:
                 with contextlib.suppress(RuntimeError):
                     await self.pool.disconnect(inuse_connections=False)
             self._idle_loop = loop
-            self._waiting.clear()  # (futures of a loop that is gone)
         if not self._waiting:  # else behind them, as in `SyncLane._lease`
             try:
                 conn = await self.pool.get_connection()
@@ -283,37 +285,53 @@ class AsyncLane:
         return await self._wait(loop)
 
     async def _wait(self, loop: asyncio.AbstractEventLoop) -> Any:
-        """The connection a check of this lane hands on (`_handed`), or one the pool
-        got back meanwhile (asked every POLL seconds). No bound of its own: the
-        check's timeout cancels it, and the check then names the pool (`shortage`)."""
+        """The connection a check of this lane hands on (`_handed`), first come first
+        served. No bound of its own: the check's timeout cancels it, and the check
+        then names the pool (`shortage`)."""
         self.short = True
-        waiter = loop.create_future()
-        self._waiting.append(waiter)
+        waiter = self._queued(loop.create_future(), loop)
         try:
-            while not waiter.done():
-                await asyncio.wait((waiter,), timeout=POLL)
-                if waiter.done():
-                    break
-                try:
-                    conn = await self.pool.get_connection()
-                except redis.exceptions.MaxConnectionsError:
-                    continue
-                if not waiter.done():
-                    self._withdraw(waiter)
+            while True:
+                conn = await waiter
+                if conn is not None:
                     return conn
-                self._pass_on(conn, loop)  # handed one meanwhile: one too many
+                try:  # (None: the pool got one back around the lane, see `_poll`)
+                    return await self.pool.get_connection()
+                except redis.exceptions.MaxConnectionsError:  # taken meanwhile: still first
+                    waiter = self._queued(loop.create_future(), loop, first=True)
         except BaseException:
             if waiter.done() and not waiter.cancelled():  # handed one as it gave up
                 self._pass_on(waiter.result(), loop)
             else:
-                self._withdraw(waiter)
+                waiter.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(waiter)
             raise
-        return waiter.result()
 
-    def _withdraw(self, waiter: asyncio.Future) -> None:
-        waiter.cancel()
-        with contextlib.suppress(ValueError):
-            self._waiting.remove(waiter)
+    def _queued(
+        self, waiter: asyncio.Future, loop: asyncio.AbstractEventLoop, first: bool = False
+    ) -> asyncio.Future:
+        if first:
+            self._waiting.appendleft(waiter)
+        else:
+            self._waiting.append(waiter)
+        if self._polling is not loop:
+            self._polling = loop
+            loop.call_later(POLL, self._poll, loop)
+        return waiter
+
+    def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Every POLL seconds while checks wait: when the pool has a connection that came
+        back around the lane (the client's own commands, one the lane dropped), the
+        first waiting check is told to ask the pool for it. One timer, however many wait."""
+        if self._polling is not loop:
+            return  # (a timer of a loop that is gone; another loop polls now)
+        if self._waiting and self._idle_loop is loop:
+            if self.pool.can_get_connection():
+                self._handed(None)
+            loop.call_later(POLL, self._poll, loop)
+        else:
+            self._polling = None
 
     def _handed(self, conn: Any) -> bool:
         """Hand `conn` to the check that has waited longest for one; False if none waits."""
@@ -326,8 +344,9 @@ class AsyncLane:
         return False
 
     def _pass_on(self, conn: Any, loop: asyncio.AbstractEventLoop) -> None:
-        """Hand `conn` to a waiting check, else give it back to the pool."""
-        if not self._handed(conn):
+        """Hand `conn` (or None, `_poll`'s hint) to the next waiting check, else give
+        it back to the pool."""
+        if not self._handed(conn) and conn is not None:
             _run_now(self.pool.release(conn), loop, self._tasks)
 
     def shortage(self) -> str | None:
@@ -454,9 +473,10 @@ class SyncLane:
             return None
 
     def _wait(self) -> Any:
-        """The connection a check of this lane hands on (`_give`), or one the pool
-        got back meanwhile (asked every POLL seconds), within `timeout`; else
-        MaxConnectionsError naming the pool and its size."""
+        """The connection a check of this lane hands on (`_give`), first come first
+        served, or one the pool got back around the lane (the first waiting check asks
+        it every POLL seconds), within `timeout`; else MaxConnectionsError naming the
+        pool and its size."""
         waiter = _Waiter()
         with self._lock:
             self._waiting.append(waiter)
@@ -467,7 +487,8 @@ class SyncLane:
                 left = deadline - time.monotonic()
                 if left <= 0 or waiter.ready.acquire(timeout=min(left, POLL)):
                     break
-                conn = self._take()
+                if self._first(waiter):  # (the others would only get in its way)
+                    conn = self._take()
         except BaseException:
             handed = self._withdraw(waiter)
             if handed is not None:
@@ -483,6 +504,12 @@ class SyncLane:
         if conn is not None:
             self._give(conn)  # handed one as it found another: one too many
         return handed
+
+    def _first(self, waiter: _Waiter) -> bool:
+        try:
+            return self._waiting[0] is waiter
+        except IndexError:
+            return False
 
     def _withdraw(self, waiter: _Waiter) -> Any:
         """Take `waiter` out of the queue; the connection it was handed, if any."""
