@@ -293,6 +293,11 @@ def _bounded(client: Any, timeout: float) -> Any:
         socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
     )
     common = {"connection_class": pool.connection_class, "max_connections": pool.max_connections}
+    if isinstance(pool, redis.BlockingConnectionPool):
+        # It waits for a free connection itself: at most `timeout` too (its own default,
+        # 20 s, would hold a check that long).
+        wait = timeout if pool.timeout is None else min(pool.timeout, timeout)
+        common.update(timeout=wait, queue_class=pool.queue_class)
     if isinstance(pool, redis.sentinel.SentinelConnectionPool):
         # Its connections find the primary through the pool (their `connection_pool`
         # option, which the copy sets for itself) and the Sentinels, asked with the

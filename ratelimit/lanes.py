@@ -7,6 +7,11 @@ AUTH, HELLO and Sentinel discovery stay redis-py's), writes packed commands, rea
 their replies and keeps the connection for the next check. A connection with a reply
 that may be left unread on it (an error, a cancellation) is closed and given back.
 
+A pool that has no connection left (redis-py's `ConnectionPool` raises
+MaxConnectionsError at once) does not fail the check: it waits, first come first
+served, for the connection another check gives back, within its timeout (see
+`SyncLane._wait`, `AsyncLane._wait`). The pool stays the caller's, as it is.
+
 A client whose `execute_command` is not redis-py's own (tracing such as
 OpenTelemetry's redis instrumentation, a subclass, a wrapper) gets no lane while it
 is so, whenever it became so: its commands then go through the client, which sees
@@ -16,10 +21,12 @@ every check.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import math
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -34,6 +41,10 @@ from .backends import is_embedded
 # bounded pool's); more go back to the pool. Checks one at a time need one. The asyncio
 # lane keeps them only until the loop's next turn (see `AsyncLane.send`).
 MAX_IDLE = 4
+
+# How often a check waiting for a connection also asks the pool itself: for one given
+# back around the lane (the client's own commands, or a connection the lane dropped).
+POLL = 0.02
 
 # redis-py's own sending, as its module defines it: a subclass that sends its own way
 # keeps doing so (see `_write`).
@@ -82,6 +93,16 @@ def _own(command: tuple[Any, ...], reply: Any) -> Any:
     raise StaleReply(
         f"{command[0]} was answered {reply!r}, which no script answers: a reply left "
         "unread on the connection by an earlier command; the connection is dropped"
+    )
+
+
+def shortage(pool: Any) -> str:
+    """Why a check found no connection: the pool's class and size (whose every
+    connection was in use), so that the fix (a larger pool) is plain."""
+    size = getattr(pool, "max_connections", None)
+    return (
+        f"every connection of the client's {type(pool).__name__} "
+        f"(max_connections={size}) was in use"
     )
 
 
@@ -160,6 +181,12 @@ class AsyncLane:
         self.pool = pool
         self._idle: list[Any] = []  # leased, no reply left unread on any of them
         self._idle_loop: asyncio.AbstractEventLoop | None = None
+        # Checks waiting for a connection (in `_idle_loop`), oldest first (see `_wait`).
+        self._waiting: collections.deque[asyncio.Future] = collections.deque()
+        # The pool had no connection for the latest lease, and has not had one for a
+        # lease since: a check that times out says so (`shortage`).
+        self.short = False
+        self._polling: asyncio.AbstractEventLoop | None = None  # has a `_poll` timer
         self._max_idle = _max_idle(pool)
         # The callback, queued for the loop's next turn, that hands `_idle` back.
         self._give_back: asyncio.Handle | None = None
@@ -202,6 +229,8 @@ class AsyncLane:
         except BaseException as exc:
             await self._drop(conn, exc)
             raise
+        if self._waiting and self._handed(conn):
+            return replies
         idle = self._idle  # (a new list if another loop's check came meanwhile)
         if len(idle) < self._max_idle and self._idle_loop is loop:
             idle.append(conn)
@@ -236,6 +265,8 @@ class AsyncLane:
             # on them (a write may still reach Redis, and its reply could not be read),
             # they reconnect here when next used.
             stale, self._idle = self._idle, []
+            # (Checks of that loop that still wait never will: forgotten.)
+            self._waiting = collections.deque(w for w in self._waiting if w.get_loop() is loop)
             for conn in stale:
                 await _close(conn)
                 await self.pool.release(conn)
@@ -243,13 +274,91 @@ class AsyncLane:
                 with contextlib.suppress(RuntimeError):
                     await self.pool.disconnect(inuse_connections=False)
             self._idle_loop = loop
-        return await self.pool.get_connection()
+        if not self._waiting:  # else behind them, as in `SyncLane._lease`
+            try:
+                conn = await self.pool.get_connection()
+            except redis.exceptions.MaxConnectionsError:
+                pass
+            else:
+                self.short = False
+                return conn
+        return await self._wait(loop)
+
+    async def _wait(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """The connection a check of this lane hands on (`_handed`), first come first
+        served. No bound of its own: the check's timeout cancels it, and the check
+        then names the pool (`shortage`)."""
+        self.short = True
+        waiter = self._queued(loop.create_future(), loop)
+        try:
+            while True:
+                conn = await waiter
+                if conn is not None:
+                    return conn
+                try:  # (None: the pool got one back around the lane, see `_poll`)
+                    return await self.pool.get_connection()
+                except redis.exceptions.MaxConnectionsError:  # taken meanwhile: still first
+                    waiter = self._queued(loop.create_future(), loop, first=True)
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():  # handed one as it gave up
+                self._pass_on(waiter.result(), loop)
+            else:
+                waiter.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(waiter)
+            raise
+
+    def _queued(
+        self, waiter: asyncio.Future, loop: asyncio.AbstractEventLoop, first: bool = False
+    ) -> asyncio.Future:
+        if first:
+            self._waiting.appendleft(waiter)
+        else:
+            self._waiting.append(waiter)
+        if self._polling is not loop:
+            self._polling = loop
+            loop.call_later(POLL, self._poll, loop)
+        return waiter
+
+    def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Every POLL seconds while checks wait: when the pool has a connection that came
+        back around the lane (the client's own commands, one the lane dropped), the
+        first waiting check is told to ask the pool for it. One timer, however many wait."""
+        if self._polling is not loop:
+            return  # (a timer of a loop that is gone; another loop polls now)
+        if self._waiting and self._idle_loop is loop:
+            if self.pool.can_get_connection():
+                self._handed(None)
+            loop.call_later(POLL, self._poll, loop)
+        else:
+            self._polling = None
+
+    def _handed(self, conn: Any) -> bool:
+        """Hand `conn` to the check that has waited longest for one; False if none waits."""
+        waiting = self._waiting
+        while waiting:
+            waiter = waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return True
+        return False
+
+    def _pass_on(self, conn: Any, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand `conn` (or None, `_poll`'s hint) to the next waiting check, else give
+        it back to the pool."""
+        if not self._handed(conn) and conn is not None:
+            _run_now(self.pool.release(conn), loop, self._tasks)
+
+    def shortage(self) -> str | None:
+        """Why checks time out, when the pool had no connection for them (see `short`)."""
+        return shortage(self.pool) if self.short else None
 
     async def _drop(self, conn: Any, exc: BaseException) -> None:
         try:
             await _close(conn)  # (redis-py has mostly done it already)
         finally:
-            await self.pool.release(conn)
+            if not (self._waiting and self._handed(conn)):  # (it connects again there)
+                await self.pool.release(conn)
         if isinstance(exc, redis.exceptions.ConnectionError):
             # A dropped connection (restart, failover, CLIENT KILL) means the idle
             # ones, ours and the pool's, are likely gone too, and the pool cannot
@@ -273,16 +382,36 @@ async def _close(conn: Any) -> None:
         await conn.disconnect(nowait=True)
 
 
+class _Waiter:
+    """A sync check waiting for a connection: `ready` is released once `conn` is set."""
+
+    __slots__ = ("conn", "ready")
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.ready = threading.Lock()
+        self.ready.acquire()
+
+
 class SyncLane:
     """The idle connections of one (bounded) sync client, leased from its pool and
     kept after a clean reply. Shared by threads: `list.pop` and `append` are atomic,
-    so each connection is used by one thread at a time."""
+    so each connection is used by one thread at a time.
 
-    def __init__(self, pool: Any) -> None:
+    The client is the limiter's own copy with socket timeouts of `timeout` (see
+    `backends.bounded_client`: one per timeout), so a check that finds the pool
+    empty waits at most that long for a connection."""
+
+    def __init__(self, pool: Any, timeout: float) -> None:
         self.pool = pool
+        self.timeout = timeout
         self._idle: list[Any] = []  # leased, no reply left unread on any of them
         self._max_idle = _max_idle(pool)
         self._pid = os.getpid()
+        # Checks waiting for a connection, oldest first, and the lock that hands
+        # them one (see `_give`).
+        self._waiting: collections.deque[_Waiter] = collections.deque()
+        self._lock = threading.Lock()
 
     @property
     def idle(self) -> int:
@@ -293,12 +422,10 @@ class SyncLane:
         """`AsyncLane.send` for a blocking client."""
         if self._pid != os.getpid():
             # A forked child must not share its parent's sockets: forget them (the
-            # pool, which checks the pid too, makes new ones).
+            # pool, which checks the pid too, makes new ones), and the parent's waiters.
             self._idle, self._pid = [], os.getpid()
-        try:
-            conn = self._idle.pop()
-        except IndexError:
-            conn = self.pool.get_connection()
+            self._waiting, self._lock = collections.deque(), threading.Lock()
+        conn = self._lease()
         try:
             conn.send_packed_command(packed(conn, commands))
             replies = []
@@ -311,10 +438,7 @@ class SyncLane:
         except BaseException as exc:
             self._drop(conn, exc)
             raise
-        if len(self._idle) < self._max_idle:
-            self._idle.append(conn)
-        else:
-            self.pool.release(conn)
+        self._give(conn)
         return replies
 
     def close(self) -> None:
@@ -326,11 +450,96 @@ class SyncLane:
                 return
             self.pool.release(conn)
 
+    def _lease(self) -> Any:
+        """An idle connection, else a new one from the pool, else (none left) the
+        first one given back within `timeout` (`_wait`). While checks wait, a new
+        one waits behind them: taking the connection a check just gave back would
+        let the threads that keep checking starve the ones that wait."""
+        if not self._waiting:
+            conn = self._take()
+            if conn is not None:
+                return conn
+        return self._wait()
+
+    def _take(self) -> Any:
+        """An idle connection or one from the pool; None when the pool has none left."""
+        try:
+            return self._idle.pop()
+        except IndexError:
+            pass
+        try:
+            return self.pool.get_connection()
+        except redis.exceptions.MaxConnectionsError:
+            return None
+
+    def _wait(self) -> Any:
+        """The connection a check of this lane hands on (`_give`), first come first
+        served, or one the pool got back around the lane (the first waiting check asks
+        it every POLL seconds), within `timeout`; else MaxConnectionsError naming the
+        pool and its size."""
+        waiter = _Waiter()
+        with self._lock:
+            self._waiting.append(waiter)
+        deadline = time.monotonic() + self.timeout
+        conn = None
+        try:
+            while conn is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or waiter.ready.acquire(timeout=min(left, POLL)):
+                    break
+                if self._first(waiter):  # (the others would only get in its way)
+                    conn = self._take()
+        except BaseException:
+            handed = self._withdraw(waiter)
+            if handed is not None:
+                self._give(handed)
+            raise
+        handed = self._withdraw(waiter)
+        if handed is None:
+            if conn is None:
+                raise redis.exceptions.MaxConnectionsError(
+                    f"no connection within {self.timeout} s: {shortage(self.pool)}"
+                )
+            return conn
+        if conn is not None:
+            self._give(conn)  # handed one as it found another: one too many
+        return handed
+
+    def _first(self, waiter: _Waiter) -> bool:
+        try:
+            return self._waiting[0] is waiter
+        except IndexError:
+            return False
+
+    def _withdraw(self, waiter: _Waiter) -> Any:
+        """Take `waiter` out of the queue; the connection it was handed, if any."""
+        with self._lock:
+            try:
+                self._waiting.remove(waiter)
+            except ValueError:  # `_give` took it out, and handed it one
+                return waiter.conn
+        return None
+
+    def _give(self, conn: Any, keep: bool = True) -> None:
+        """Hand `conn` to the check that has waited longest for one; else keep it idle
+        (when `keep`, up to `_max_idle`) or give it back to the pool."""
+        if self._waiting:  # (read without the lock: a waiter missed asks the pool)
+            with self._lock:
+                if self._waiting:
+                    waiter = self._waiting.popleft()
+                    waiter.conn = conn
+                    waiter.ready.release()
+                    return
+        if keep and len(self._idle) < self._max_idle:
+            self._idle.append(conn)
+        else:
+            self.pool.release(conn)
+
     def _drop(self, conn: Any, exc: BaseException) -> None:
         try:
             conn.disconnect()  # (redis-py has mostly done it already)
         finally:
-            self.pool.release(conn)
+            self._give(conn, keep=False)  # (a waiter's check connects it again)
         if isinstance(exc, redis.exceptions.ConnectionError):
             # As in the asyncio lane: the retry must get a working connection.
             while True:
@@ -365,8 +574,9 @@ def async_lane(client: Any) -> AsyncLane | None:
         return None
 
 
-def sync_lane(client: Any) -> SyncLane | None:
-    """The lane every sync limiter on `client` shares (see `async_lane`)."""
+def sync_lane(client: Any, timeout: float) -> SyncLane | None:
+    """The lane every sync limiter on `client` shares (see `async_lane`); a check on
+    it waits at most `timeout` for a connection."""
     pool = _leasable(client, redis.Redis, redis.ConnectionPool)
     if pool is None:
         return None
@@ -374,7 +584,7 @@ def sync_lane(client: Any) -> SyncLane | None:
         try:
             lane = _SYNC.get(client)
             if lane is None:
-                lane = _SYNC[client] = SyncLane(pool)
+                lane = _SYNC[client] = SyncLane(pool, timeout)
             return lane
         except TypeError:
             return None

@@ -96,7 +96,7 @@ class AsyncLimiter(LimiterBase):
                 else:  # the batch's flush applies the same plan to every check
                     reply = await self._submit(self, keys, args)
         except TimeoutError as exc:
-            return self._unavailable(exc, f"no answer from Redis within {self.timeout} s")
+            return self._unavailable(exc, self._no_answer())
         except UNAVAILABLE as exc:
             return self._unavailable(exc)
         return self._decided(reply, keys, args, sent)
@@ -118,11 +118,18 @@ class AsyncLimiter(LimiterBase):
             async with asyncio.timeout(self.timeout):
                 replies = self._judged(await self._run_many(batch))
         except TimeoutError as exc:
-            what = f"no answer from Redis within {self.timeout} s"
+            what = self._no_answer()
             return [self._unavailable(exc, what) for _ in batch]
         except UNAVAILABLE as exc:
             return [self._unavailable(exc) for _ in batch]
         return self._decisions(replies, batch)
+
+    def _no_answer(self) -> str:
+        """Why a check timed out: no answer within `timeout`, and, when the client's
+        pool had no connection left for it, the pool's class and size."""
+        what = f"no answer from Redis within {self.timeout} s"
+        short = self._lane.shortage() if self._lane is not None else None
+        return f"{what}: {short}" if short else what
 
     async def aclose(self) -> None:
         """Give back the connections kept for this client's lone checks. The client

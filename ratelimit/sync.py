@@ -46,7 +46,7 @@ class SyncLimiter(LimiterBase):
         # of its own, so only a connection that failed at once (closed by a restart)
         # is retried: that keeps a whole check within about 1.1 x timeout.
         self._retry_within = RETRY_WITHIN * self.timeout
-        self._lane = None if self._on_cluster else lanes.sync_lane(self._client)
+        self._lane = None if self._on_cluster else lanes.sync_lane(self._client, self.timeout)
         self._elsewhere = (
             partial(cluster_client.send, self._client) if self._on_cluster else self._through_client
         )
