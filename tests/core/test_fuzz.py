@@ -264,6 +264,9 @@ class World:
                         prefix=f"test:fuzz:{self.run_id}:g{group}",
                         clock=self.clock,
                         ttl_slack_ms=SLACK_MS,
+                        # Decisions are under test, not latency: on a busy machine a
+                        # round trip can outlast the default 1 s and fail the check.
+                        timeout=30,
                         **options,
                     ),
                 )
