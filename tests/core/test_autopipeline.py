@@ -412,32 +412,6 @@ async def test_batches_are_split_at_the_cap(monkeypatch, writes):
     assert sorted(d.remaining for d in decisions) == list(range(100 - 25, 100))
 
 
-@pytest.mark.real_redis
-@pytest.mark.skipif(
-    not hasattr(asyncio, "eager_task_factory"), reason="asyncio.eager_task_factory is Python 3.12+"
-)
-async def test_checks_batch_alike_under_the_eager_task_factory(real_redis_url, prefix, writes):
-    """With asyncio's eager task factory a task runs at once, inside `create_task`, up
-    to its first wait (so a batch's flush task would start before the checks of its
-    turn join it). 300 checks of one identity at once on a pool bounded at 20
-    connections: every one answered, none degraded, exactly the limit admitted, and
-    they go as under the default factory: the first alone, the rest in one write."""
-    loop = asyncio.get_running_loop()
-    loop.set_task_factory(asyncio.eager_task_factory)
-    client = redis.asyncio.Redis.from_url(real_redis_url, max_connections=20)
-    try:
-        limiter = ratelimit.SlidingWindowLimiter(client, 60, 50, prefix=prefix, timeout=10)
-        await warm(limiter)
-        writes.clear()
-        decisions = await asyncio.gather(*(limiter.check("one") for _ in range(300)))
-    finally:
-        loop.set_task_factory(None)
-        await client.aclose()
-    assert len(decisions) == 300 and not any(d.degraded for d in decisions)
-    assert sum(d.allowed for d in decisions) == 50
-    assert script_writes(writes) == together(300)
-
-
 async def test_limiters_on_one_client_share_one_batcher():
     one, other = embedded(), embedded()
     a = ratelimit.SlidingWindowLimiter(one, 1, 10)
