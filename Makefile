@@ -79,7 +79,7 @@ help:
 	@echo "make cluster-down  stop exactly the PIDs cluster-up recorded and remove $(CLUSTER_DIR)/"
 	@echo "make sentinel-up   start a local primary + replica + 3 Sentinels; prints its URL, PIDs in $(SENTINEL_DIR)/state.json"
 	@echo "make sentinel-down stop exactly the PIDs sentinel-up recorded and remove $(SENTINEL_DIR)/"
-	@echo "make lock    regenerate $(LOCK) from pyproject.toml (all extras, Python 3.11)"
+	@echo "make lock    regenerate $(LOCK) from pyproject.toml (all extras, Python 3.11 and later)"
 	@echo "make clean   remove .venv, build/ and caches"
 
 # setup: the venv with every locked dependency plus this project (editable); re-runs only when the lock or pyproject.toml change.
@@ -96,13 +96,17 @@ $(STAMP): $(LOCK) pyproject.toml | $(UV)
 	$(UV) pip install --python $(VPY) --compile-bytecode --no-deps -e .
 	@touch $@
 
+# The lock: every extra, resolved once for Python 3.11 and later on any platform (--universal:
+# what only some Pythons or platforms need, such as papermill's aiohttp on 3.12, carries a marker).
+compile_lock = $(UV) pip compile pyproject.toml --all-extras --universal --python-version 3.11 -o $(LOCK) >/dev/null
+
 # Only when the lock is missing altogether; an existing lock is never regenerated behind your back.
 $(LOCK): | $(UV)
-	$(UV) pip compile pyproject.toml --all-extras --python-version 3.11 -o $(LOCK) >/dev/null
+	$(compile_lock)
 
 # lock: regenerate requirements.lock (then `make setup` installs it).
 lock: | $(UV)
-	$(UV) pip compile pyproject.toml --all-extras --python-version 3.11 -o $(LOCK) >/dev/null
+	$(compile_lock)
 
 # test: the import contracts (lint-imports), then pytest over tests/ plus the notebooks under nbval
 # strict; "no tests collected" (exit 5) counts as success.
