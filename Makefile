@@ -1,6 +1,7 @@
 # Rate-limit lab: developer and CI entry points.
 #
 #   make setup   make test   make run   make lab   make bench   make lint   make lock   make clean
+#   make test-pythons   make test-eager   (the library's tests on other Pythons, on eager tasks)
 #
 # Everything runs inside .venv, created on demand. Extra arguments:
 #   make test PYTEST_ARGS="-k sliding -x"     make bench BENCH_ARGS="..."     make lab LAB_ARGS="--port 8899"
@@ -29,6 +30,15 @@ XDIST_ARGS := $(if $(word 4,$(TEST_NOTEBOOKS)),-n 2 --dist loadfile)
 ROOT_ARGS  := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 PYTEST_ARGS ?=
+# make test-pythons: the library's tests on each of these too, each Python in a venv of its own
+# (.venv-3.12, ...) made as `make setup` makes .venv, from the same lock. tools/find-python finds
+# the interpreters (PATH, then `pyenv root`; PYTHON_3_12=... to name one).
+PY_VERSIONS  ?= 3.12 3.13
+# make test-eager: the library's tests once more, on this Python, every event loop starting its
+# tasks with asyncio.eager_task_factory (RATELIMIT_TASK_FACTORY=eager, see tests/conftest.py).
+EAGER_PYTHON ?= 3.12
+LIBRARY_TESTS := tests/core tests/http
+LIBRARY_TEST_ARGS ?= -n 2
 SERVE_PORT  ?= 8000
 SERVE_ARGS  ?=
 BENCH_ARGS  ?=
@@ -47,18 +57,18 @@ SENTINEL_DIR ?= build/sentinel
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Replays stay quiet in committed notebook outputs and in tests (no tqdm bars).
-run refresh test: export RATELIMIT_PROGRESS = 0
+run refresh test test-python-% test-eager: export RATELIMIT_PROGRESS = 0
 # Only `make refresh` rewrites what is committed: the measured table, the records and the gallery;
 # `make run` and `make test` check the records instead (ratelimit/lab/records.py).
 refresh: export RATELIMIT_SAVE_MEASUREMENTS = 1
 refresh: export RATELIMIT_WRITE_FIGURES = 1
-run test: export RATELIMIT_SAVE_MEASUREMENTS = 0
-run test: export RATELIMIT_WRITE_FIGURES = 0
+run test test-python-% test-eager: export RATELIMIT_SAVE_MEASUREMENTS = 0
+run test test-python-% test-eager: export RATELIMIT_WRITE_FIGURES = 0
 # uv would otherwise warn that it cannot hard-link from its cache on another filesystem.
 export UV_LINK_MODE ?= copy
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock test run refresh plan lab serve bench bench-record lint clean
+.PHONY: help setup lock test test-pythons test-eager run refresh plan lab serve bench bench-record lint clean
 .PHONY: cluster-up cluster-down
 .PHONY: sentinel-up sentinel-down
 
@@ -66,6 +76,8 @@ export UV_LINK_MODE ?= copy
 help:
 	@echo "make setup   create .venv and install the locked dependencies (no-op when up to date)"
 	@echo "make test    run tests/ and the notebooks (nbval strict); PYTEST_ARGS=... is passed on"
+	@echo "make test-pythons  run the library's tests (tests/core, tests/http) on Python $(PY_VERSIONS), each in .venv-X.Y"
+	@echo "make test-eager    the same tests on Python $(EAGER_PYTHON) with asyncio.eager_task_factory on every event loop"
 	@echo "make run     execute notebooks/[0-9]*.ipynb into $(EXECUTED_DIR)/ and build the book $(REPORT_DIR)/ (tracked files untouched)"
 	@echo "make refresh execute chapters in place, refreshing their outputs, records, table and gallery, then the README parts made from the records (CHAPTERS=... for some)"
 	@echo "make plan    chapter 7 on your access log: LOG=access.log LIMIT=100/min [IDENTITY=user FORMAT=clf], into $(PLAN_DIR)/ (notebook and HTML)"
@@ -79,30 +91,58 @@ help:
 	@echo "make cluster-down  stop exactly the PIDs cluster-up recorded and remove $(CLUSTER_DIR)/"
 	@echo "make sentinel-up   start a local primary + replica + 3 Sentinels; prints its URL, PIDs in $(SENTINEL_DIR)/state.json"
 	@echo "make sentinel-down stop exactly the PIDs sentinel-up recorded and remove $(SENTINEL_DIR)/"
-	@echo "make lock    regenerate $(LOCK) from pyproject.toml (all extras, Python 3.11)"
-	@echo "make clean   remove .venv, build/ and caches"
+	@echo "make lock    regenerate $(LOCK) from pyproject.toml (all extras, Python 3.11 and later)"
+	@echo "make clean   remove .venv, the .venv-X.Y of test-pythons, build/ and caches"
 
 # setup: the venv with every locked dependency plus this project (editable); re-runs only when the lock or pyproject.toml change.
 setup: $(STAMP)
 
-# The venv itself with a pinned uv in it (pip is only used to bring in uv).
+# make_venv DIR,PYTHON: the venv itself with a pinned uv in it (pip is only used to bring in uv).
+define make_venv
+$(2) -m venv $(1)
+$(1)/bin/python -m pip install --quiet "uv==$(UV_VERSION)"
+endef
+
+# sync_venv DIR: exactly the locked dependencies (`uv pip check`: nothing that a package needs on
+# DIR's Python is missing from the lock), then this project, editable.
+define sync_venv
+$(1)/bin/uv pip sync --python $(1)/bin/python --compile-bytecode $(LOCK)
+$(1)/bin/uv pip check --python $(1)/bin/python
+$(1)/bin/uv pip install --python $(1)/bin/python --compile-bytecode --no-deps -e .
+endef
+
 $(UV):
 	$(if $(BASE_PYTHON),,$(error $(PYTHON) not found; set PYTHON=...))
-	$(BASE_PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet "uv==$(UV_VERSION)"
+	$(call make_venv,$(VENV),$(BASE_PYTHON))
 
 $(STAMP): $(LOCK) pyproject.toml | $(UV)
-	$(UV) pip sync --python $(VPY) --compile-bytecode $(LOCK)
-	$(UV) pip install --python $(VPY) --compile-bytecode --no-deps -e .
+	$(call sync_venv,$(VENV))
 	@touch $@
+
+# .venv-X.Y for another Python, made the same way; tools/find-python fails, saying where it
+# looked, when there is no Python X.Y.
+.venv-%/bin/uv:
+	@tools/find-python $* > /dev/null
+	$(call make_venv,.venv-$*,"$$(tools/find-python $*)")
+
+.venv-%/.installed: $(LOCK) pyproject.toml | .venv-%/bin/uv
+	$(call sync_venv,.venv-$*)
+	@touch $@
+
+# (Not intermediate files that make may delete once the tests have run.)
+.PRECIOUS: .venv-%/bin/uv .venv-%/.installed
+
+# The lock: every extra, resolved once for Python 3.11 and later on any platform (--universal:
+# what only some Pythons or platforms need, such as papermill's aiohttp on 3.12, carries a marker).
+compile_lock = $(UV) pip compile pyproject.toml --all-extras --universal --python-version 3.11 -o $(LOCK) >/dev/null
 
 # Only when the lock is missing altogether; an existing lock is never regenerated behind your back.
 $(LOCK): | $(UV)
-	$(UV) pip compile pyproject.toml --all-extras --python-version 3.11 -o $(LOCK) >/dev/null
+	$(compile_lock)
 
 # lock: regenerate requirements.lock (then `make setup` installs it).
 lock: | $(UV)
-	$(UV) pip compile pyproject.toml --all-extras --python-version 3.11 -o $(LOCK) >/dev/null
+	$(compile_lock)
 
 # test: the import contracts (lint-imports), then pytest over tests/ plus the notebooks under nbval
 # strict; "no tests collected" (exit 5) counts as success.
@@ -116,6 +156,22 @@ test: setup
 	  $(if $(TEST_NOTEBOOKS),--nbval --nbval-current-env $(XDIST_ARGS) $(TEST_NOTEBOOKS)) \
 	  $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 0; fi; exit $$rc
+
+# library_tests X.Y: pytest over the library's tests in .venv-X.Y, its bin/ first on PATH.
+library_tests = VIRTUAL_ENV="$(CURDIR)/.venv-$(1)" PATH="$(CURDIR)/.venv-$(1)/bin:$$PATH" \
+  .venv-$(1)/bin/python -m pytest -p no:cacheprovider $(LIBRARY_TEST_ARGS) $(LIBRARY_TESTS) $(PYTEST_ARGS)
+
+# test-pythons: the library's tests on each of PY_VERSIONS (make test runs them on .venv's).
+test-pythons: $(addprefix test-python-,$(PY_VERSIONS))
+
+# test-python-X.Y: the library's tests on Python X.Y alone.
+test-python-%: .venv-%/.installed
+	$(call library_tests,$*)
+
+# test-eager: the library's tests on EAGER_PYTHON, every event loop with the eager task factory.
+test-eager: export RATELIMIT_TASK_FACTORY = eager
+test-eager: .venv-$(EAGER_PYTHON)/.installed
+	$(call library_tests,$(EAGER_PYTHON))
 
 # refresh: execute chapters in place from a clean kernel (CHAPTERS=notebooks/04_x.ipynb for some), recording
 # their quoted numbers in notebooks/data/records/, then render the README's generated parts from
@@ -186,5 +242,5 @@ lint: setup
 
 # clean: remove the venv, the report and every cache.
 clean:
-	rm -rf $(VENV) build .pytest_cache .hypothesis .ruff_cache *.egg-info
+	rm -rf $(VENV) $(wildcard .venv-*) build .pytest_cache .hypothesis .ruff_cache *.egg-info
 	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +

@@ -3,11 +3,17 @@
 A real Redis is found at REDIS_URL or 127.0.0.1:6379. Without one, the tests that
 need it skip and say why; with CI=true they fail instead, since CI must prove the
 limiter on a real server.
+
+RATELIMIT_TASK_FACTORY=eager (`make test-eager`, Python 3.12+): every event loop the
+tests make, pytest-asyncio's and asyncio.run's alike, runs its tasks with
+`asyncio.eager_task_factory`, as a service that installs it does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -25,6 +31,36 @@ from ratelimit.sync import SyncLimiter
 
 REAL_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 IN_CI = os.environ.get("CI", "").lower() == "true"
+TASK_FACTORY = os.environ.get("RATELIMIT_TASK_FACTORY", "")
+
+
+class _EagerTaskLoops(asyncio.DefaultEventLoopPolicy):
+    """New event loops start their tasks eagerly (`asyncio.eager_task_factory`)."""
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        loop.set_task_factory(asyncio.eager_task_factory)
+        return loop
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not TASK_FACTORY:
+        return
+    if TASK_FACTORY != "eager":
+        raise pytest.UsageError(
+            f"RATELIMIT_TASK_FACTORY={TASK_FACTORY!r}: the only one known is 'eager'"
+        )
+    if not hasattr(asyncio, "eager_task_factory"):
+        raise pytest.UsageError(
+            "RATELIMIT_TASK_FACTORY=eager needs asyncio.eager_task_factory (Python 3.12+); "
+            f"this is Python {sys.version.split()[0]}"
+        )
+    # Set before pytest-asyncio's session fixture `event_loop_policy` reads the policy.
+    asyncio.set_event_loop_policy(_EagerTaskLoops())
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"event loops' task factory: {TASK_FACTORY or 'asyncio default'}"
 
 
 def _missing(reason: str) -> None:
