@@ -4,6 +4,7 @@ its reply and the failure policy. No I/O happens here."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -90,6 +91,25 @@ class LimiterBase(Policy):
         self._wait = self._wait_command() if self.wait_replicas else None
         # A cluster sends a waiting check to the key's master itself (cluster_client).
         self._on_cluster = is_cluster(self._client)
+        # Script calls sent again after a dropped connection (see `resends`).
+        self.resends = 0
+        self._resends_lock = threading.Lock()
+
+    # `resends`: how many of this limiter's script calls it sent again because the
+    # connection dropped before their reply came (`ratelimit.plan`: once at most per
+    # call). A connection that drops after Redis ran the script loses its reply, and the
+    # call sent again is charged again: Redis may hold one entry more per resend than
+    # the admits its callers were told of (stricter, never more admits). Nothing else the
+    # limiter sends is charged twice: NOSCRIPT means the script did not run, and a
+    # redirected call (MOVED, ASK) did not run where it was refused. Not counted: what
+    # the client sends again by itself, where it does (a client made with redis-py's
+    # `retry=` on, unlike those of `connect()`; a sync cluster's pipeline, which
+    # `check_many` goes through, sends a command that met an error once more).
+
+    def _count_resends(self, calls: list[int]) -> None:
+        """`plan.Resent` for this limiter's own checks and batches."""
+        with self._resends_lock:  # sync limiters are shared by threads
+            self.resends += len(calls)
 
     @property
     def script(self) -> str:
@@ -138,7 +158,9 @@ class LimiterBase(Policy):
 
     def _check_plan(self, keys: list[str], args: list[Any]) -> plan.Plan:
         """The round trips of one check (see `ratelimit.plan`)."""
-        return plan.check(self._script, keys, args, self._wait, self._retry_within)
+        return plan.check(
+            self._script, keys, args, self._wait, self._retry_within, self._count_resends
+        )
 
     def _route(self) -> Any:
         """What sends a round trip now, as `send(key, commands)`: the client's lane while

@@ -231,8 +231,18 @@ async def _plain(entries: list[Entry], waiting: bool = False) -> None:
     calls = [(limiter._script, keys, args) for limiter, keys, args, _ in entries]
     wait = _wait_for(entries) if waiting else None
     wanted = lambda i: not entries[i][3].done()  # noqa: E731 (callers that still wait)
-    batch = plan.batch(calls, wait, math.inf, wanted)
+    batch = plan.batch(calls, wait, math.inf, wanted, _resent(entries))
     _answer(entries, await plan.arun(batch, entries[0][0]._send, None))
+
+
+def _resent(entries: list[Entry]) -> plan.Resent:
+    """`plan.Resent` for a batch of several limiters' checks: each limiter counts its own."""
+
+    def count(calls: list[int]) -> None:
+        for i in calls:
+            entries[i][0]._count_resends([i])
+
+    return count
 
 
 def _wait_for(entries: list[Entry]) -> tuple[Any, ...] | None:
@@ -275,7 +285,9 @@ async def _cluster_group(group: list[Entry]) -> None:
         return
     calls = [(limiter._script, keys, args) for limiter, keys, args, _ in group]
     try:
-        results: Any = await cluster_client.arun_batch(group[0][0]._client, calls, None)
+        results: Any = await cluster_client.arun_batch(
+            group[0][0]._client, calls, None, _resent(group)
+        )
     except Exception as exc:
         for entry in group:
             _settle(entry[3], exc)

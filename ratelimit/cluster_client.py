@@ -318,10 +318,21 @@ async def _ato_node(client: Any, node: Any, key: Any, commands: list[tuple[Any, 
     return await node_send_async(client, key, commands, node)
 
 
-def run_batch(client: Any, calls: list[plan.Call], wait: Any) -> list[Any]:
-    """(reply, WAIT's count or None) per call of a batch on a sync cluster, in order."""
+def _part(resent: plan.Resent | None, which: list[int]) -> plan.Resent | None:
+    """`resent` for the part of a batch made of the calls `which`."""
+    if resent is None:
+        return None
+    return lambda calls: resent([which[i] for i in calls])
+
+
+def run_batch(
+    client: Any, calls: list[plan.Call], wait: Any, resent: plan.Resent | None = None
+) -> list[Any]:
+    """(reply, WAIT's count or None) per call of a batch on a sync cluster, in order;
+    `resent` is told of the calls sent again after a dropped connection."""
     if not wait:
-        return plan.run(plan.batch(calls, None, NO_RETRY), partial(send_batch, client), None)
+        batch = plan.batch(calls, None, NO_RETRY, resent=resent)
+        return plan.run(batch, partial(send_batch, client), None)
     out: list[Any] = [None] * len(calls)
     try:
         groups = _groups(client, calls)
@@ -329,19 +340,20 @@ def run_batch(client: Any, calls: list[plan.Call], wait: Any) -> list[Any]:
         _refresh_sync(client)
         raise
     for node, which in groups:
-        part = plan.batch([calls[i] for i in which], wait, NO_RETRY)
+        part = plan.batch([calls[i] for i in which], wait, NO_RETRY, resent=_part(resent, which))
         results = plan.run(part, partial(_to_node, client, node), None)
         for i, result in zip(which, results, strict=True):
             out[i] = result
     return out
 
 
-async def arun_batch(client: Any, calls: list[plan.Call], wait: Any) -> list[Any]:
+async def arun_batch(
+    client: Any, calls: list[plan.Call], wait: Any, resent: plan.Resent | None = None
+) -> list[Any]:
     """`run_batch` for an asyncio cluster client (guarded or not)."""
     if not wait:
-        return await plan.arun(
-            plan.batch(calls, None, NO_RETRY), partial(asend_batch, client), None
-        )
+        batch = plan.batch(calls, None, NO_RETRY, resent=resent)
+        return await plan.arun(batch, partial(asend_batch, client), None)
     cluster = client.client if isinstance(client, GuardedCluster) else client
     await _guard(cluster.initialize())
     out: list[Any] = [None] * len(calls)
@@ -352,7 +364,7 @@ async def arun_batch(client: Any, calls: list[plan.Call], wait: Any) -> list[Any
         raise
 
     async def one(node: Any, which: list[int]) -> None:
-        part = plan.batch([calls[i] for i in which], wait, NO_RETRY)
+        part = plan.batch([calls[i] for i in which], wait, NO_RETRY, resent=_part(resent, which))
         results = await plan.arun(part, partial(_ato_node, cluster, node), None)
         for i, result in zip(which, results, strict=True):
             out[i] = result

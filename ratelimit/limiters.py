@@ -152,8 +152,11 @@ class AsyncLimiter(LimiterBase):
     async def _run_many(self, batch: list[tuple[list[str], list[Any]]]) -> list[Any]:
         calls = self._calls(batch)
         if self._on_cluster:
-            return await cluster_client.arun_batch(self._client, calls, self._wait)
-        return await plan.arun(plan.batch(calls, self._wait, self._retry_within), self._send, None)
+            return await cluster_client.arun_batch(
+                self._client, calls, self._wait, self._count_resends
+            )
+        steps = plan.batch(calls, self._wait, self._retry_within, resent=self._count_resends)
+        return await plan.arun(steps, self._send, None)
 
     async def _send(self, key: Any, commands: plan.Commands) -> Any:
         """One round trip: the replies (error replies in place), or what stopped it."""

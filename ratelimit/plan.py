@@ -12,7 +12,11 @@ it asks for (`run`, `arun`), so every rule here holds for all of them:
   calls are sent again, and nothing is counted twice by it.
 - A dropped connection: the round trip goes once more, on a fresh connection, if the
   first attempt failed within `retry_within` seconds. Had the first attempt reached
-  Redis, its requests are counted twice: stricter, never over-admitting.
+  Redis (the connection dropped after the script ran, before its reply came back), its
+  requests are counted twice: stricter, never over-admitting. A script call is sent
+  again so at most once, and `resent`, when given, is told of each such call (the
+  limiters count them: `LimiterBase.resends`), so a request is charged at most once
+  plus once per resend.
 - `wait`, a WAIT command, closes every round trip that calls a script, on the same
   connection, so that its count covers the writes before it.
 """
@@ -65,8 +69,18 @@ async def arun(plan: Plan, send: Callable[[Any, Commands], Awaitable[Any]], key:
         return done.value
 
 
+# Told of the calls (their indices in a batch; [0] for a check) sent again after a
+# dropped connection, just before they go.
+Resent = Callable[[list[int]], object]
+
+
 def check(
-    script: Any, keys: Sequence[Any], args: Sequence[Any], wait: Command | None, retry_within: float
+    script: Any,
+    keys: Sequence[Any],
+    args: Sequence[Any],
+    wait: Command | None,
+    retry_within: float,
+    resent: Resent | None = None,
 ) -> Plan:
     """One script call: returns (its reply, WAIT's count or None); the reply may be an
     error reply, which the limiter judges (`LimiterBase._judge`)."""
@@ -86,6 +100,8 @@ def check(
             if retried or time.monotonic() - started > retry_within:
                 raise
             retried = True
+            if resent is not None:
+                resent([0])
             continue
         reply = replies[len(replies) - 1 - len(tail)]
         if stage == 1 and isinstance(replies[0], Exception):
@@ -105,6 +121,7 @@ def batch(
     wait: Command | None,
     retry_within: float,
     wanted: Callable[[int], bool] | None = None,
+    resent: Resent | None = None,
 ) -> Plan:
     """Script calls on one connection (or through a cluster pipeline), in order:
     returns a list of (reply, WAIT's count or None) per call, error replies in place.
@@ -112,18 +129,24 @@ def batch(
     Calls that met NOSCRIPT go again (with SCRIPT LOAD, then with EVAL); so do calls
     whose own reply is a dropped connection (a cluster pipeline's share of a node that
     went away), once. `wanted(i)`, when given, leaves out calls whose callers no longer
-    wait before each round trip."""
+    wait before each round trip; `resent`, when given, is told which calls go again
+    after a dropped connection."""
     out: list[Any] = [None] * len(calls)
     todo = list(range(len(calls)))
     tail = [wait] if wait else []
     started = time.monotonic()
     retried = False
+    again_after_drop: set[int] = set()  # the calls of a round trip that dropped
     stage = "EVALSHA"
     while todo:
         if wanted is not None:
             todo = [i for i in todo if wanted(i)]
             if not todo:
                 break
+        if again_after_drop:
+            if resent is not None:
+                resent([i for i in todo if i in again_after_drop])
+            again_after_drop = set()
         commands: Commands = []
         if stage == "LOAD":
             bodies = {calls[i][0].sha: calls[i][0].script for i in todo}
@@ -138,6 +161,7 @@ def batch(
             if retried or time.monotonic() - started > retry_within:
                 raise
             retried = True
+            again_after_drop = set(todo)
             continue
         acked = replies[-1] if tail else None
         refused = next(
@@ -156,6 +180,7 @@ def batch(
             out[i] = (reply, acked)
         if dropped:  # their share again, as it was, before anything else
             retried = True
+            again_after_drop = set(dropped)
             todo = dropped + again
             continue
         todo = again

@@ -77,11 +77,14 @@ class SyncLimiter(LimiterBase):
         calls = self._calls(batch)
         try:
             if self._on_cluster:
-                results = cluster_client.run_batch(self._client, calls, self._wait)
-            else:
-                results = plan.run(
-                    plan.batch(calls, self._wait, self._retry_within), self._send, None
+                results = cluster_client.run_batch(
+                    self._client, calls, self._wait, self._count_resends
                 )
+            else:
+                steps = plan.batch(
+                    calls, self._wait, self._retry_within, resent=self._count_resends
+                )
+                results = plan.run(steps, self._send, None)
             replies = self._judged(results)
         except UNAVAILABLE as exc:
             return [self._unavailable(exc) for _ in batch]

@@ -11,6 +11,10 @@ API key goes in `x-api-key`; None sends none), until `total` requests were sent 
 second across all connections, request `i` no earlier than `i / rate` s after the
 start) for a steady load; without it every connection sends as fast as it is answered.
 
+`clients` sends on connections the caller opened instead (one task per client, each
+an httpx `AsyncClient` of one connection, e.g. kept on one server process of several:
+which process accepts a new connection is the kernel's choice); the caller closes them.
+
 Every answer is kept as an `Outcome`: its status (0 when the request failed in
 transit, with the error), its latency, when it was sent, and, when asked for, its
 headers and body. A run never outlives its bound by more than one request's timeout.
@@ -21,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -97,10 +101,14 @@ async def run_load(
     keep_headers: bool = False,
     keep_bodies: bool = False,
     timeout: float = 5.0,
+    clients: Sequence[httpx.AsyncClient] | None = None,
 ) -> LoadResult:
     """Send requests to `base_url` until `total` were sent or `duration_s` passed (see
-    the module doc); at least one bound is required."""
+    the module doc); at least one bound is required. With `clients`, `connections` is
+    their number and `timeout` theirs."""
     _positive("connections", connections, integer=True)
+    if clients is not None and len(clients) != connections:
+        raise ValueError(f"connections must be the number of clients, {len(clients)}")
     _positive("total", total, integer=True)
     _positive("duration_s", duration_s, integer=False)
     _positive("rate", rate, integer=False)
@@ -110,11 +118,12 @@ async def run_load(
     result = LoadResult()
     next_index = 0
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout) as client:
+    base = base_url.rstrip("/")
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout) as shared:
         start = time.perf_counter()
         end = start + duration_s if duration_s is not None else float("inf")
 
-        async def connection() -> None:
+        async def connection(client: httpx.AsyncClient) -> None:
             nonlocal next_index
             while True:
                 i = next_index
@@ -131,7 +140,7 @@ async def run_load(
                 headers = {"x-api-key": api_key} if api_key is not None else None
                 sent = time.perf_counter()
                 try:
-                    response = await client.get(path, headers=headers)
+                    response = await client.get(base + path, headers=headers)
                 except httpx.HTTPError as exc:
                     outcome = Outcome(
                         i, path, api_key, 0, sent - start, time.perf_counter() - sent,
@@ -146,7 +155,7 @@ async def run_load(
                     )  # fmt: skip
                 result.outcomes.append(outcome)
 
-        await asyncio.gather(*(connection() for _ in range(connections)))
+        await asyncio.gather(*(connection(c) for c in clients or [shared] * connections))
         result.seconds = time.perf_counter() - start
     result.outcomes.sort(key=lambda o: o.index)
     return result

@@ -401,9 +401,13 @@ async def test_a_large_turn_is_sent_in_batches_of_at_most_max_batch(client, pref
     assert not any(d.degraded for d in decisions)
 
 
-async def test_batches_are_split_at_the_cap(monkeypatch, writes):
+async def test_batches_are_split_at_the_cap(monkeypatch, writes, clock):
     monkeypatch.setattr(autopipeline, "MAX_BATCH", 10)
-    limiter = ratelimit.FixedWindowLimiter(embedded(), 1, 100)
+    # One window for all 25 (a virtual clock), and a timeout no stall of a busy machine
+    # reaches: the batches are under test, not how long they take.
+    limiter = ratelimit.FixedWindowLimiter(
+        embedded(), 1, 100, clock=clock, timeout=60
+    )
     await warm(limiter)
     writes.clear()
     decisions = await asyncio.gather(*(limiter.check("k") for _ in range(25)))

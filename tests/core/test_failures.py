@@ -47,7 +47,7 @@ import ratelimit
 import ratelimit.sync
 from ratelimit import Decision, RateLimiterUnavailable, algorithms
 from ratelimit.devtools.process import free_port
-from tests.core.checks import assert_policy, check, timed_check
+from tests.core.checks import assert_policy, check, check_many, timed_check
 from tests.core.loadgen import LoadConfig, LoadResult, hammer
 
 ALGORITHMS = pytest.mark.parametrize("algorithm", algorithms.NAMES)
@@ -255,6 +255,119 @@ async def test_connection_dropped_mid_check_is_retried(mode, private_redis, plai
     decision = await pending
     assert decision.allowed and not decision.degraded, decision
     assert decision.remaining == LIMIT - 2, decision
+
+
+class LosingProxy:
+    """A loopback TCP proxy to Redis that loses script replies on demand: `lose(n)`
+    makes the next n connections that send a script call (EVAL/EVALSHA) pass it on to
+    Redis, which runs it, and then close instead of passing the reply back: a
+    connection dropped after the script ran and before its reply came (what a failover
+    or a network cut can do). Everything else goes through unchanged."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.armed = 0
+        self.lost = 0  # replies thrown away
+        self.server: asyncio.Server | None = None
+        self.sessions: set[asyncio.Task] = set()
+        self.writers: list[asyncio.StreamWriter] = []
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"redis://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    def lose(self, n: int) -> None:
+        self.armed = n
+
+    async def __aenter__(self) -> LosingProxy:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:  # every session ends, its connections closed
+            writer.close()
+        await asyncio.gather(*self.sessions, return_exceptions=True)
+        await self.server.wait_closed()
+
+    async def _serve(self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter):
+        self.sessions.add(asyncio.current_task())  # type: ignore[arg-type]
+        self.writers.append(client_out)
+        redis_in, redis_out = await asyncio.open_connection(*self.target)
+        self.writers.append(redis_out)
+        doomed = asyncio.Event()
+
+        async def up() -> None:
+            while data := await client_in.read(1 << 16):
+                if self.armed and b"EVAL" in data and not doomed.is_set():
+                    self.armed -= 1
+                    doomed.set()  # before Redis can answer: its reply is the one lost
+                redis_out.write(data)
+                await redis_out.drain()
+
+        async def down() -> None:
+            while data := await redis_in.read(1 << 16):
+                if doomed.is_set():
+                    self.lost += 1
+                    return
+                client_out.write(data)
+                await client_out.drain()
+
+        pumps = [asyncio.create_task(up()), asyncio.create_task(down())]
+        try:
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for writer in (client_out, redis_out):
+                writer.close()
+            for pump in pumps:
+                pump.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+
+
+async def test_a_reply_lost_after_the_script_ran_is_charged_twice_and_counted(
+    mode, real_redis_url, prefix, plain_clients
+):
+    """The bound on a retry (README, "Guarantees"): a connection that drops after Redis
+    ran the script loses its reply; the limiter sends the check once more, and Redis
+    charges it twice. Every such resend is counted in `limiter.resends`, the log holds
+    exactly one entry more per resend than the admits the caller was told of, and no
+    more than the limit is ever admitted. The same for a batch (`check_many`), whose
+    every call goes again."""
+    parsed = redis.connection.parse_url(real_redis_url)
+    async with LosingProxy(parsed.get("host", "127.0.0.1"), parsed.get("port", 6379)) as proxy:
+        # from_url: no redis-py retry; the same database as the admin client below.
+        client = plain_clients(mode, proxy.url, db=parsed.get("db", 0))
+        # A long timeout: a sync limiter retries only within a tenth of it, and the
+        # machine may be busy; nothing here waits for it to run out.
+        limiter = limiter_of("log", mode)(client, 60, LIMIT, prefix=prefix, timeout=30.0)
+        assert_fresh(await check(limiter, "warm-up"))  # the script is loaded
+
+        proxy.lose(1)
+        first = await check(limiter, "alice")
+        assert proxy.lost == 1 and limiter.resends == 1
+        assert first.allowed and not first.degraded, first
+        assert first.remaining == LIMIT - 2, first  # charged twice: stricter
+        rest = [await check(limiter, "alice") for _ in range(LIMIT)]
+        told = 1 + sum(d.allowed for d in rest)
+        assert told == LIMIT - limiter.resends  # never more admits, one less per resend
+        assert [d.allowed for d in rest] == [True] * (told - 1) + [False] * (LIMIT - told + 1)
+
+        proxy.lose(1)
+        batch = await check_many(limiter, ["bob", "bob", "carol"])
+        assert proxy.lost == 2 and limiter.resends == 1 + 3
+        assert [(d.allowed, d.degraded, d.remaining) for d in batch] == [
+            (True, False, LIMIT - 3),  # bob's two checks ran before the reply was lost,
+            (True, False, LIMIT - 4),  # then again: each charged twice
+            (True, False, LIMIT - 2),
+        ]
+    admin = redis.Redis.from_url(real_redis_url)
+    try:
+        counts = {who: admin.zcard(limiter.key_for(who)) for who in ("alice", "bob", "carol")}
+    finally:
+        admin.close()
+    assert counts == {"alice": LIMIT, "bob": 4, "carol": 2}
 
 
 # 3. Redis down ---------------------------------------------------------------------

@@ -48,6 +48,11 @@ NAMES = [a.class_name for a in algorithms.ALGORITHMS] + [
 EXCERPT = r"[A-Za-z0-9._@%-]{1," + str(keys.READABLE_CHARS) + "}"
 TAG = r"\{(?P<tag>[A-Za-z0-9_-]{22})\}"
 SLACK_MS = 600_000  # real-time expiry must not cut a replay short
+# The limiters' timeout in the replays: the decisions are under test, not how long they
+# take, and a busy machine can stall a test process for over a second (a garbage
+# collection while other processes hold both cores), which the default 1 s would turn
+# into a degraded answer.
+TIMEOUT_S = 60
 
 # --- 1. Keys -----------------------------------------------------------------------------------
 
@@ -264,9 +269,7 @@ class World:
                         prefix=f"test:fuzz:{self.run_id}:g{group}",
                         clock=self.clock,
                         ttl_slack_ms=SLACK_MS,
-                        # Decisions are under test, not latency: on a busy machine a
-                        # round trip can outlast the default 1 s and fail the check.
-                        timeout=30,
+                        timeout=TIMEOUT_S,
                         **options,
                     ),
                 )

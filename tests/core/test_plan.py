@@ -155,3 +155,35 @@ def test_a_batch_leaves_out_callers_that_gave_up():
     out = plan.run(plan.batch(calls(3), None, 0.0, lambda i: i not in gone), send, None)
     assert [c[3] for c in send.sent[0]] == ["k0", "k2"]
     assert out[1] is None and [out[0][0], out[2][0]] == [10, 30]
+
+
+def test_resent_is_told_of_each_call_sent_again_after_a_drop_and_of_nothing_else():
+    """What a limiter counts in `resends`: a check sent again after its connection
+    dropped (its first attempt may have run: charged twice), never a NOSCRIPT reload
+    (the script did not run) nor a round trip that went through."""
+    told: list[list[int]] = []
+    plan.run(plan.check(S, ["k"], [1], None, 60.0, told.append), Scripted(DROPPED, [4]), "k")
+    assert told == [[0]]
+    told.clear()
+    send = Scripted([NOSCRIPT], ["sha-log", 5])
+    plan.run(plan.check(S, ["k"], [1], None, 60.0, told.append), send, "k")
+    assert told == []
+    twice = Scripted(DROPPED, DROPPED)
+    with pytest.raises(redis.exceptions.ConnectionError):  # once at most
+        plan.run(plan.check(S, ["k"], [1], None, 60.0, told.append), twice, "k")
+    assert told == [[0]]
+
+
+def test_resent_is_told_which_calls_of_a_batch_went_again():
+    told: list[list[int]] = []
+    # A cluster pipeline's lost share: only its calls.
+    send = Scripted([1, DROPPED, NOSCRIPT, DROPPED], [2, 4, NOSCRIPT], ["sha-log", 3])
+    out = plan.run(plan.batch(calls(4), None, -1.0, resent=told.append), send, None)
+    assert [reply for reply, _ in out] == [1, 2, 3, 4] and told == [[1, 3]]
+    # A whole round trip dropped: every call in it, less the callers that gave up.
+    told.clear()
+    gone: set[int] = set()
+    send = Scripted(lambda _: gone.add(1) or DROPPED, [10, 30])
+    wanted = lambda i: i not in gone  # noqa: E731
+    out = plan.run(plan.batch(calls(3), None, 60.0, wanted, told.append), send, None)
+    assert told == [[0, 2]] and [c[3] for c in send.sent[1]] == ["k0", "k2"]

@@ -139,8 +139,8 @@ async def test_a_429_of_cost_1_says_when_r_grows_to_the_millisecond(algorithm):
         assert (await c.get("/thing")).status_code == 200
 
 
-async def test_retry_after_ms_can_be_left_out():
-    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(embedded=True), 1, 1)
+async def test_retry_after_ms_can_be_left_out(clock):
+    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(embedded=True), 1, 1, clock=clock)
     async with http(one_route(limiter, retry_after_ms_header=False)) as c:
         await c.get("/thing")
         r = await c.get("/thing")
@@ -148,8 +148,8 @@ async def test_retry_after_ms_can_be_left_out():
     assert RETRY_AFTER_MS_HEADER.lower() not in r.headers
 
 
-async def test_problem_members_follow_the_drafts_spelling():
-    app = create_app(ratelimit.connect(embedded=True))
+async def test_problem_members_follow_the_drafts_spelling(clock):
+    app = create_app(ratelimit.connect(embedded=True), clock=clock)  # 11 requests, one window
     async with http(app) as c:
         for _ in range(11):
             r = await c.get("/within", params=CENTER, headers={"x-api-key": "spelling"})
@@ -163,8 +163,8 @@ async def test_problem_members_follow_the_drafts_spelling():
 # --- what real clients make of them -------------------------------------------------------------
 
 
-async def test_a_structured_field_parser_reads_every_field():
-    app = create_app(ratelimit.connect(embedded=True))
+async def test_a_structured_field_parser_reads_every_field(clock):
+    app = create_app(ratelimit.connect(embedded=True), clock=clock)  # 11 requests, one window
     async with http(app) as c:
         headers = {"x-api-key": "sf-parser"}
         answers = [await c.get("/within", params=CENTER, headers=headers) for _ in range(11)]
