@@ -1,6 +1,6 @@
 """The library's command line: `python -m ratelimit COMMAND ...`.
 
-    python -m ratelimit key demo --scope geofence --prefix demo --algorithm log
+    python -m ratelimit key demo --scope geofence --prefix demo --algorithm log --window-ms 1000
     demo:log:1000:{GYTthtZt6_IjW9bBdrPKFw}
 
 `key` prints the Redis key that holds a client's budget on a route limited by
@@ -95,9 +95,9 @@ def parser() -> argparse.ArgumentParser:
     key.add_argument(
         "--window-ms",
         type=int,
-        default=1000,
-        help="the limiter's window in ms (default: 1000, the demo's): tiers with other "
-        "windows keep other keys",
+        required=True,
+        help="the limiter's window in ms (the demo's is 1000): the window is part of the "
+        "key, so tiers with other windows keep other keys",
     )
     key.add_argument(
         "--readable-keys", action="store_true", help="the limiter has readable_keys=True"

@@ -19,7 +19,7 @@ about the API key alone, so that routes never share a budget (how a request's id
 is derived is `ratelimit.identity`'s). `route_key` gives the Redis key of an API key (or
 an address) on a route without building the app, as `python -m ratelimit key` does:
 
-    route_key("demo", scope="geofence", prefix="demo")   # 'demo:logc:1000:{...}'
+    route_key("demo", scope="geofence", prefix="demo", window_ms=1000)   # 'demo:logc:1000:{...}'
 """
 
 from __future__ import annotations
@@ -99,14 +99,15 @@ def route_key(
     scope: str = "default",
     prefix: str = "rl",
     algorithm: str = "logc",
-    window_ms: int = 1000,
+    window_ms: int,
     secret: bytes | None = None,
     readable: bool = False,
 ) -> str:
     """The Redis key holding the budget of `api_key` (or of a client `address`, an IPv6
     one as its network, e.g. "2001:db8::/64") on the route `scope`, for a limiter built
     with `prefix`, `algorithm` ("logc": the sliding log's default storage; "log" with
-    storage="sorted-set", "fw", "swc", "gcra"), a window of `window_ms`,
+    storage="sorted-set", "fw", "swc", "gcra"), a window of `window_ms` (required:
+    another window is another key),
     `key_secret=secret` and `readable_keys=readable`: the key that route's
     `RateLimit.key_for(api_key)` names."""
     if (api_key is None) == (address is None):

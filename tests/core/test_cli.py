@@ -23,14 +23,16 @@ def test_key_names_the_key_the_demo_route_writes(capsys):
 
     app = create_app(ratelimit.connect(embedded=True))
     printed = run(capsys, "key", "demo", "--scope", "geofence", "--prefix", "demo",
-                  "--algorithm", "log")  # fmt: skip
+                  "--algorithm", "log", "--window-ms", "1000")  # fmt: skip
     assert printed == app.state.limits["geofence"].key_for("demo")
-    assert printed == keys.route_key("demo", scope="geofence", prefix="demo", algorithm="log")
+    assert printed == keys.route_key(
+        "demo", scope="geofence", prefix="demo", algorithm="log", window_ms=1000
+    )
     # Not the limiter's key for the bare API key, which no route ever writes.
     assert printed != app.state.limits["geofence"].limiter.key_for("demo")
     by_address = run(
         capsys, "key", "--address", "192.0.2.1", "--scope", "tiles", "--prefix", "demo",
-        "--algorithm", "log",
+        "--algorithm", "log", "--window-ms", "1000",
     )  # fmt: skip
     assert by_address == app.state.limits["tiles"].key_for(address="192.0.2.1")
 
@@ -39,13 +41,14 @@ def test_key_names_the_key_the_demo_route_writes(capsys):
 def test_key_matches_every_limiter_of_the_same_options(capsys, algorithm):
     spec = ratelimit.algorithms.get(algorithm)
     redis = ratelimit.connect_sync(embedded=True)
-    for readable in (False, True):
-        limiter = spec.build("sync", redis, 1, 10, "svc", readable_keys=readable)
+    for readable, window_s in [(False, 1), (True, 1), (False, 60)]:
+        limiter = spec.build("sync", redis, window_s, 10, "svc", readable_keys=readable)
         flags = ["--readable-keys"] if readable else []
         printed = run(capsys, "key", "k-1", "--scope", "s", "--prefix", "svc",
-                      "--algorithm", algorithm, *flags)  # fmt: skip
+                      "--algorithm", algorithm, "--window-ms", str(window_s * 1000),
+                      *flags)  # fmt: skip
         assert printed == limiter.key_for(identity.route_identity("s", "key", "k-1"))
-        assert printed.startswith(f"svc:{spec.name}:")
+        assert printed.startswith(f"svc:{spec.name}:{window_s * 1000}:")
 
 
 def test_the_route_identity_is_built_in_one_place():
@@ -60,7 +63,7 @@ def test_the_route_identity_is_built_in_one_place():
         == "geofence:key:demo"
         == identity.route_identity("geofence", "key", "demo")
     )
-    assert route.key_for("demo") == keys.route_key("demo", scope="geofence")
+    assert route.key_for("demo") == keys.route_key("demo", scope="geofence", window_ms=1000)
     with pytest.raises(ValueError, match="kind"):
         identity.route_identity("geofence", "user", "demo")
 
@@ -68,9 +71,11 @@ def test_the_route_identity_is_built_in_one_place():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["key"], "exactly one of api_key and address"),
-        (["key", "k", "--address", "192.0.2.1"], "exactly one of api_key and address"),
-        (["key", "k", "--prefix", "a{b"], "braces"),
+        (["key", "--window-ms", "1000"], "exactly one of api_key and address"),
+        (["key", "k", "--address", "192.0.2.1", "--window-ms", "1000"],
+         "exactly one of api_key and address"),
+        (["key", "k", "--prefix", "a{b", "--window-ms", "1000"], "braces"),
+        (["key", "k"], "--window-ms"),
         (["key", "k", "--algorithm", "leaky"], "invalid choice"),
         ([], "required"),
     ],
@@ -85,10 +90,11 @@ def test_bad_arguments_exit_2_with_a_message(capsys, argv, message):
 def test_python_dash_m_ratelimit_prints_the_key():
     out = subprocess.run(
         [sys.executable, "-m", "ratelimit", "key", "demo", "--scope", "geofence",
-         "--prefix", "demo"],
+         "--prefix", "demo", "--window-ms", "1000"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert out.stdout == keys.route_key("demo", scope="geofence", prefix="demo") + "\n"
+    expected = keys.route_key("demo", scope="geofence", prefix="demo", window_ms=1000)
+    assert out.stdout == expected + "\n"
     # The command line imports the library only: no web framework, no lab.
     code = (
         "import sys, ratelimit.__main__; "

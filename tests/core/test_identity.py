@@ -137,4 +137,6 @@ def test_route_identity_is_the_prefix_and_the_value():
         identity.route_identity_prefix("tiles", "user")
     # The Redis key of a route's client is made from that identity, in `keys`.
     limiter_key = keys.make_key("rl", "logc", "geofence:key:demo", window_ms=1000)
-    assert keys.route_key("demo", scope="geofence") == limiter_key
+    assert keys.route_key("demo", scope="geofence", window_ms=1000) == limiter_key
+    # A route with another window keeps another key (tiers never share one).
+    assert keys.route_key("demo", scope="geofence", window_ms=60_000) != limiter_key

@@ -232,7 +232,9 @@ async def test_workers_on_one_redis_never_admit_more_than_the_limit(private_redi
         # Read each key's log now: it expires WINDOW_S after its last admit.
         logs = {
             k: admin.zrange(
-                keys.route_key(k, scope="tiles", prefix=PREFIX, algorithm="log"),
+                keys.route_key(
+                    k, scope="tiles", prefix=PREFIX, algorithm="log", window_ms=WINDOW_S * 1000
+                ),
                 0, -1, withscores=True,
             )
             for k in api_keys

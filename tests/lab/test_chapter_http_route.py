@@ -70,6 +70,7 @@ async def test_look_ups_over_the_limit_are_refused_and_the_key_stays_bounded():
     assert check["key"] == check["python"] == check["app"] == key != check["bare"]
     assert check["command"] == (
         f"python -m ratelimit key {KEY} --scope geofence --prefix demo --algorithm log"
+        " --window-ms 1000"
     )
     assert (check["ZCARD"], 0 < check["PTTL"] <= 1000) == (members, True)
 

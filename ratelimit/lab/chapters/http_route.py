@@ -235,13 +235,17 @@ async def seed_check(app: Any, api_key: str, prefix: str = "demo") -> dict[str, 
     command line (`python -m ratelimit key API_KEY --scope geofence --prefix demo
     --algorithm log`: the demo keeps the sorted-set log), the same from Python
     (`ratelimit.keys.route_key`), then `ZCARD` and `PTTL` on it."""
-    argv = ["key", api_key, "--scope", SCOPE, "--prefix", prefix, "--algorithm", "log"]
+    window_ms = app.state.limits[SCOPE].limiter.window_ms
+    argv = ["key", api_key, "--scope", SCOPE, "--prefix", prefix, "--algorithm", "log",
+            "--window-ms", str(window_ms)]  # fmt: skip
     key = key_from_the_command_line(argv)
     redis = app.state.redis
     return {
         "command": "python -m ratelimit " + " ".join(argv),
         "key": key,
-        "python": keys.route_key(api_key, scope=SCOPE, prefix=prefix, algorithm="log"),
+        "python": keys.route_key(
+            api_key, scope=SCOPE, prefix=prefix, algorithm="log", window_ms=window_ms
+        ),
         "app": app.state.limits[SCOPE].key_for(api_key),
         "bare": app.state.limits[SCOPE].limiter.key_for(api_key),
         "ZCARD": int(await redis.zcard(key)),
