@@ -41,6 +41,12 @@ MODES = pytest.mark.parametrize("mode", ["async", "sync"])
 TIMEOUT = 1.0  # the limiters' timeout in the fault tests (a busy 2-core host needs it)
 MARGIN = 0.5  # how much longer than that a check may take, scheduling included
 RECOVERY = 15.0  # bound on how long a restarted node's shard may stay unavailable
+# Rounds of checks that may run out of time as a whole, at most: every check of the
+# round, on every shard, the stopped node's too (whose policy answers at once when its
+# port refuses connections). The test process or the host was held up then (a garbage
+# collection while other processes hold both cores lasted over a second), not the
+# healthy shards by the failed one; such a round proves nothing, and is not counted.
+STALLED_ROUNDS = 2
 
 
 # Helpers -------------------------------------------------------------------------
@@ -374,13 +380,21 @@ def flagged_failed(cluster: LocalCluster, index: int) -> bool:
     return True
 
 
+def ran_out_of_time(outcome: Decision | Exception, elapsed: float) -> bool:
+    """A check the failure policy answered once its timeout was over."""
+    answered = isinstance(outcome, Decision) and not outcome.degraded
+    return not answered and elapsed >= 0.9 * TIMEOUT
+
+
 @MODES
 async def test_a_restarted_master(mode, cluster, clients, prefix):
     """One master is stopped (by PID) while checks run, then started again on its port
     with its nodes.conf. Meanwhile a check on its slots applies the failure policy
     (raise / allow / deny) within timeout + margin, also once the others flag it FAIL,
-    while checks on the other two shards answer normally. After the restart the same
-    limiters answer for its slots again by themselves within RECOVERY seconds."""
+    while checks on the other two shards answer normally (a round that timed out whole,
+    the stopped node's checks too, is a stalled host: see STALLED_ROUNDS). After the
+    restart the same limiters answer for its slots again by themselves within RECOVERY
+    seconds."""
     client = clients(mode, timeout=TIMEOUT)
     limiters = {
         on_error: make_limiter("SlidingWindowLimiter", mode, client, 60, 1000, prefix=prefix,
@@ -396,30 +410,34 @@ async def test_a_restarted_master(mode, cluster, clients, prefix):
             assert not (await check(limiter, who)).degraded
 
     cluster.stop_node(victim)
-    rounds, outage_began = 0, time.monotonic()
-    try:
-        while rounds < 2 or not flagged_failed(cluster, victim):
-            assert time.monotonic() - outage_began < RECOVERY, "the node was never flagged FAIL"
-            # every limiter on every shard at once (sync ones in worker threads)
-            jobs = [(on_error, who) for on_error in limiters for who in (down, *others)]
-            results = await asyncio.gather(*(timed_check(limiters[e], who) for e, who in jobs))
-            for (on_error, who), (outcome, elapsed) in zip(jobs, results, strict=True):
-                assert elapsed < TIMEOUT + MARGIN, f"a check took {elapsed:.2f} s"
-                if who == down:
-                    assert_policy(outcome, on_error)
-                else:
-                    assert isinstance(outcome, Decision) and not outcome.degraded, outcome
-            if rounds == 0:  # a batch that touches the down shard: the policy answers it all
-                start = time.monotonic()
-                batch = await check_many(limiters["deny"], [down, *others])
-                assert time.monotonic() - start < TIMEOUT + MARGIN
-                assert all(d.degraded and not d.allowed for d in batch), batch
-            rounds += 1
-            await asyncio.sleep(0.05)
-    finally:
-        cluster.start_node(victim, wait=None)
-    restarted = time.monotonic()
-    try:
+    try:  # however it ends, the session's cluster is left ok for later tests
+        rounds, stalled, outage_began = 0, 0, time.monotonic()
+        try:
+            while rounds < 2 or not flagged_failed(cluster, victim):
+                assert time.monotonic() - outage_began < RECOVERY, "the node was never flagged FAIL"
+                # every limiter on every shard at once (sync ones in worker threads)
+                jobs = [(on_error, who) for on_error in limiters for who in (down, *others)]
+                results = await asyncio.gather(*(timed_check(limiters[e], who) for e, who in jobs))
+                if all(ran_out_of_time(outcome, elapsed) for outcome, elapsed in results):
+                    stalled += 1
+                    assert stalled <= STALLED_ROUNDS, f"{stalled} rounds timed out whole"
+                    continue
+                for (on_error, who), (outcome, elapsed) in zip(jobs, results, strict=True):
+                    assert elapsed < TIMEOUT + MARGIN, f"a check took {elapsed:.2f} s"
+                    if who == down:
+                        assert_policy(outcome, on_error)
+                    else:
+                        assert isinstance(outcome, Decision) and not outcome.degraded, outcome
+                if rounds == 0:  # a batch that touches the down shard: the policy answers it all
+                    start = time.monotonic()
+                    batch = await check_many(limiters["deny"], [down, *others])
+                    assert time.monotonic() - start < TIMEOUT + MARGIN
+                    assert all(d.degraded and not d.allowed for d in batch), batch
+                rounds += 1
+                await asyncio.sleep(0.05)
+        finally:
+            cluster.start_node(victim, wait=None)
+        restarted = time.monotonic()
         while True:
             # Bursts, as in production: the client re-learns the topology meanwhile.
             results = await asyncio.gather(
@@ -440,7 +458,7 @@ async def test_a_restarted_master(mode, cluster, clients, prefix):
         assert outcome.allowed and not outcome.degraded
         for limiter in limiters.values():
             assert not (await check(limiter, down)).degraded
-        print(f"{mode}: {rounds} rounds of checks during the outage; shard back "
-              f"{recovered:.2f} s after the restart")  # fmt: skip
+        print(f"{mode}: {rounds} rounds of checks during the outage ({stalled} more timed "
+              f"out whole); shard back {recovered:.2f} s after the restart")  # fmt: skip
     finally:
-        cluster.wait_ready(RECOVERY)  # leave the session's cluster ok for later tests
+        cluster.wait_ready(RECOVERY)
