@@ -7,6 +7,7 @@ admin connection that asks remains.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import redis
@@ -21,6 +22,16 @@ pytestmark = pytest.mark.private_redis
 def others(admin: redis.Redis) -> int:
     """Connections to the server besides the admin's own."""
     return len(admin.client_list()) - 1
+
+
+def left_open(admin: redis.Redis, within: float = 5.0) -> int:
+    """`others` once the server has seen the closes: a socket closed just before the
+    admin asks may be handled after the admin's CLIENT LIST in the same turn of the
+    server's event loop, so a count above 0 is asked again until `within` runs out."""
+    deadline = time.monotonic() + within
+    while (count := others(admin)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return count
 
 
 def sync_limiters(client: redis.Redis) -> list[ratelimit.sync.SyncLimiter]:
@@ -42,11 +53,11 @@ def test_closed_sync_limiters_hold_no_connection(private_redis):
         for limiter in limiters:
             limiter.close()
         client.close()
-        assert others(admin) == 0
+        assert left_open(admin) == 0
         # A closed limiter still works: it connects again when it is used.
         assert limiters[0].check("a").allowed
         limiters[0].close()
-        assert others(admin) == 0
+        assert left_open(admin) == 0
 
 
 def test_a_sync_limiter_is_a_context_manager(private_redis):
@@ -56,7 +67,7 @@ def test_a_sync_limiter_is_a_context_manager(private_redis):
             assert limiter.check("a").allowed
             assert others(admin) >= 1
         client.close()
-        assert others(admin) == 0
+        assert left_open(admin) == 0
 
 
 async def test_closed_async_limiters_and_client_hold_no_connection(private_redis):
@@ -69,7 +80,7 @@ async def test_closed_async_limiters_and_client_hold_no_connection(private_redis
             await asyncio.gather(*(limiter.check("b") for _ in range(20)))
         assert limiter._lane.idle == 0  # given back to the client's pool
         await client.aclose()
-        assert others(admin) == 0
+        assert left_open(admin) == 0
 
 
 async def test_closing_only_the_async_client_closes_what_the_lane_kept(private_redis):
@@ -79,4 +90,4 @@ async def test_closing_only_the_async_client_closes_what_the_lane_kept(private_r
         await limiter.check("a")
         assert limiter._lane.idle == 1
         await client.aclose()  # the lane's connection is the pool's, closed with it
-        assert others(admin) == 0
+        assert left_open(admin) == 0
