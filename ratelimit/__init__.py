@@ -2,7 +2,9 @@
 counter and token bucket (GCRA), each one Lua script under `ratelimit/lua/`.
 
 The classes here take a `redis.asyncio` client; `ratelimit.sync` has the same four
-for a synchronous `redis.Redis`. `connect()` gives a client for `REDIS_URL`, or an
+for a synchronous `redis.Redis`. A limit is a rate string or a `Rate`
+(`SlidingWindowLimiter(redis, "10/s")`, see `parse_rate`) or a window and a limit
+(`SlidingWindowLimiter(redis, 1, 10)`). `connect()` gives a client for `REDIS_URL`, or an
 embedded fakeredis when none is set. `ratelimit.http` puts a limiter on FastAPI routes.
 
 This package is the library a service imports; it needs neither numpy, pandas nor
@@ -20,11 +22,13 @@ from .limiters import (
     SlidingWindowLimiter,
     TokenBucketLimiter,
 )
+from .rates import Rate, parse_rate, parse_rates
 
 __all__ = [
     "Decision",
     "Finding",
     "FixedWindowLimiter",
+    "Rate",
     "RateLimiterUnavailable",
     "Report",
     "SlidingWindowCounterLimiter",
@@ -34,4 +38,6 @@ __all__ = [
     "connect_sync",
     "doctor",
     "is_embedded",
+    "parse_rate",
+    "parse_rates",
 ]

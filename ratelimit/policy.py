@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Self
 from . import algorithms, keys, validation
 from . import clock as clocks
 from .algorithms import Algorithm
+from .rates import Rate, parse_rate
 
 VIRTUAL_CLOCK_TTL_SLACK_MS = 3_600_000
 # How far ahead of Redis's clock a stored time is trusted, by default (real clocks only).
@@ -45,7 +46,7 @@ class Policy:
 
     def __init__(
         self,
-        window_seconds: int | None = None,
+        window_seconds: int | str | Rate | None = None,
         limit: int | None = None,
         prefix: str = "rl",
         *,
@@ -58,6 +59,13 @@ class Policy:
         ttl_slack_ms: int | None = None,
         clock_tolerance_ms: int | None = None,
     ) -> None:
+        if isinstance(window_seconds, (str, Rate)):  # a rate in place of (window, limit)
+            if limit is not None or window_ms is not None:
+                raise ValueError(
+                    f"give a rate ({window_seconds!r}) or a window and a limit, not both"
+                )
+            rate = parse_rate(window_seconds)
+            window_seconds, window_ms, limit = None, rate.window_ms, rate.limit
         # What builds an equal policy (`with_options`), as given: a default left as None
         # is worked out again from the other options of the copy.
         self._options: dict[str, Any] = {
@@ -138,6 +146,8 @@ class Policy:
             raise TypeError(f"{type(self).__name__} has no option(s) {', '.join(unknown)}")
         if "window_seconds" in changes:
             del options["window_ms"]
+            if isinstance(changes["window_seconds"], (str, Rate)) and "limit" not in changes:
+                del options["limit"]  # the rate gives both
         options.update(changes)
         return self._rebuild(options)
 
@@ -147,6 +157,11 @@ class Policy:
     @property
     def window_seconds(self) -> float:
         return self.window_ms / 1000
+
+    @property
+    def rate(self) -> Rate:
+        """The limit and window as one `Rate` (`str(limiter.rate) == "10/s"`)."""
+        return Rate(self.limit, self.window_ms)
 
     def key_for(self, identity: str | bytes) -> str:
         """The Redis key that holds this identity's state (bounded, not readable)."""
