@@ -1,7 +1,7 @@
 """The library's command line: `python -m ratelimit COMMAND ...`.
 
-    python -m ratelimit key demo --scope geofence --prefix demo --algorithm log --window-ms 1000
-    demo:log:1000:{GYTthtZt6_IjW9bBdrPKFw}
+    python -m ratelimit key demo --scope geofence --prefix svc --algorithm log --window-ms 1000
+    svc:log:1000:{GYTthtZt6_IjW9bBdrPKFw}
 
 `key` prints the Redis key that holds a client's budget on a route limited by
 `ratelimit.http`, for `redis-cli` (`ZCARD`, `PTTL`, ...); in Python,
@@ -30,6 +30,7 @@ def _key(args: argparse.Namespace) -> int:
             algorithm=args.algorithm,
             window_ms=args.window_ms,
             readable=args.readable_keys,
+            plain=args.plain_keys,
         )
     )
     return 0
@@ -101,6 +102,12 @@ def parser() -> argparse.ArgumentParser:
     )
     key.add_argument(
         "--readable-keys", action="store_true", help="the limiter has readable_keys=True"
+    )
+    key.add_argument(
+        "--plain-keys",
+        action="store_true",
+        help="the limiter has plain_keys=True: the key is PREFIX:SCOPE:key:API_KEY "
+        "(the demo's, e.g. rl:geofence:key:demo); algorithm and window are not in it",
     )
     key.set_defaults(run=_key, parser=key)
 

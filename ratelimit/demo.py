@@ -202,7 +202,7 @@ def create_app(
     tiles_on_error: str = "allow",
     trusted_proxies: Iterable[str] = (),
     legacy_headers: bool = True,
-    prefix: str = "demo",
+    prefix: str = "rl",
     timeout: float = 1.0,
     points: int = 2_000,
     seed: int = 0,
@@ -217,9 +217,11 @@ def create_app(
     owned = redis is None
     if owned:
         redis = connect()
-    # The sorted-set log, so that `redis-cli ZCARD` on a route's key shows its entries
-    # (the default, compact storage decides alike in a few bytes per entry).
-    common = {"clock": clock, "timeout": timeout, "storage": "sorted-set"}
+    # The sorted-set log under plain keys, so that `redis-cli ZCARD rl:geofence:key:demo`
+    # shows the API key "demo"'s entries on the geofence route, typed as a person would
+    # (the default, compact storage under hashed keys decides alike in fewer bytes).
+    # Each route has its own scope in the key, and one window, so one prefix serves both.
+    common = {"clock": clock, "timeout": timeout, "storage": "sorted-set", "plain_keys": True}
     within_limiter = SlidingWindowLimiter(
         redis, window_s, within_limit, prefix, on_error=within_on_error, **common
     )

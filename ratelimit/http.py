@@ -447,6 +447,8 @@ class RateLimit:
                 decision = await self.limiter.check(who, cost)
             else:
                 decision = await run_in_threadpool(self.limiter.check, who, cost)
+        except ValueError as exc:  # an identity the limiter's keys cannot hold
+            raise self._bad_request(400, "Bad Request", str(exc)) from None
         except Exception as exc:  # never a 500 because the limiter failed
             decision = self._failed(request, exc)
         else:

@@ -13,6 +13,14 @@ The key holds a 128-bit BLAKE2b digest of it inside a hash tag, so
 `readable=True` adds a short, escaped excerpt of the identity for people reading
 the keyspace; the digest still makes the key unique.
 
+`plain_key` is the other layout, `<prefix>:<identity>` with the identity as it is
+(a limiter's `plain_keys=True`): the key a person types, e.g. "rl:geofence:key:demo"
+for the demo's geofence route. It gives up what the digest gives: the identity must
+be short text without characters that would change the key's meaning or its cluster
+slot, it is stored readable, and the key names neither the algorithm nor the window,
+so a prefix with plain keys must belong to one policy (two limiters with other
+windows or algorithms on one prefix would share, and corrupt, one key).
+
 A route limited by `ratelimit.http` asks its limiter about
 `ratelimit.identity.route_identity(scope, kind, value)`, e.g. "geofence:key:demo", not
 about the API key alone, so that routes never share a budget (how a request's identity
@@ -33,6 +41,12 @@ from .identity import route_identity
 
 READABLE_CHARS = 24
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@-]")
+# A plain key's identity: at most this many characters, none of `_NOT_PLAIN` (space,
+# braces that steer a cluster slot, glob characters that change what a pattern matches,
+# quotes and the backslash that change what a shell or redis-cli reads) and nothing
+# unprintable (control characters, other spaces).
+PLAIN_MAX_CHARS = 512  # (an HTTP route's 256-byte API key fits, with its scope)
+_NOT_PLAIN = re.compile(r"[ {}*?\[\]\\\"']")
 
 
 def identity_bytes(identity: str | bytes) -> bytes:
@@ -92,6 +106,33 @@ def make_key(
     return f"{prefix}:{algorithm}:{window_ms}:{tag}"
 
 
+def plain_key(prefix: str, identity: str | bytes) -> str:
+    """`<prefix>:<identity>`: the identity as it is, for keys a person types. ValueError
+    for an identity that is not short, printable text without spaces, braces, glob
+    characters, quotes or backslashes (see `PLAIN_MAX_CHARS`)."""
+    if not isinstance(identity, str):
+        raise ValueError(
+            f"with plain_keys an identity must be str, got {type(identity).__name__}"
+        )
+    if not identity:
+        raise ValueError("identity must not be empty")
+    if len(identity) > PLAIN_MAX_CHARS:
+        raise ValueError(
+            f"with plain_keys an identity is at most {PLAIN_MAX_CHARS} characters, "
+            f"got {len(identity)}"
+        )
+    bad = _NOT_PLAIN.search(identity)
+    if bad is not None or not identity.isprintable():
+        what = bad[0] if bad is not None else next(c for c in identity if not c.isprintable())
+        raise ValueError(
+            f"with plain_keys an identity may not hold {what!r}: spaces, braces, glob "
+            "characters, quotes, backslashes and unprintable characters would change "
+            "what the key means, or its cluster slot (hashed keys, the default, take any "
+            "identity)"
+        )
+    return f"{prefix}:{identity}"
+
+
 def route_key(
     api_key: str | None = None,
     *,
@@ -102,18 +143,21 @@ def route_key(
     window_ms: int,
     secret: bytes | None = None,
     readable: bool = False,
+    plain: bool = False,
 ) -> str:
     """The Redis key holding the budget of `api_key` (or of a client `address`, an IPv6
     one as its network, e.g. "2001:db8::/64") on the route `scope`, for a limiter built
     with `prefix`, `algorithm` ("logc": the sliding log's default storage; "log" with
     storage="sorted-set", "fw", "swc", "gcra"), a window of `window_ms` (required:
     another window is another key),
-    `key_secret=secret` and `readable_keys=readable`: the key that route's
-    `RateLimit.key_for(api_key)` names."""
+    `key_secret=secret`, `readable_keys=readable` and `plain_keys=plain`: the key that
+    route's `RateLimit.key_for(api_key)` names."""
     if (api_key is None) == (address is None):
         raise ValueError("give exactly one of api_key and address")
     kind, value = ("key", api_key) if api_key is not None else ("address", address)
     identity = route_identity(scope, kind, value)  # type: ignore[arg-type]
+    if plain:
+        return plain_key(validation.prefix(prefix), identity)
     tag = algorithms.get(algorithm).name
     return make_key(
         validation.prefix(prefix),

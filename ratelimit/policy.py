@@ -29,7 +29,7 @@ _FIXED = frozenset(
     {
         "algorithm", "window_ms", "limit", "prefix", "clock", "on_error", "timeout",
         "readable_keys", "ttl_slack_ms", "burst", "redis", "near_cache", "auto_pipeline",
-        "wait_replicas", "clock_tolerance_ms",
+        "wait_replicas", "clock_tolerance_ms", "plain_keys",
     }
 )  # fmt: skip
 
@@ -55,6 +55,7 @@ class Policy:
         on_error: str = "raise",
         timeout: float = 1.0,
         readable_keys: bool = False,
+        plain_keys: bool = False,
         key_secret: bytes | None = None,
         ttl_slack_ms: int | None = None,
         clock_tolerance_ms: int | None = None,
@@ -62,7 +63,8 @@ class Policy:
         if isinstance(window_seconds, (str, Rate)):  # a rate in place of (window, limit)
             if limit is not None or window_ms is not None:
                 raise ValueError(
-                    f"give a rate ({window_seconds!r}) or a window and a limit, not both"
+                    f"window_seconds must be an integer, got {window_seconds!r}: give a "
+                    "rate ('10/s') or a window and a limit, not both"
                 )
             rate = parse_rate(window_seconds)
             window_seconds, window_ms, limit = None, rate.window_ms, rate.limit
@@ -76,6 +78,7 @@ class Policy:
             "on_error": on_error,
             "timeout": timeout,
             "readable_keys": readable_keys,
+            "plain_keys": plain_keys,
             "key_secret": key_secret,
             "ttl_slack_ms": ttl_slack_ms,
             "clock_tolerance_ms": clock_tolerance_ms,
@@ -92,6 +95,15 @@ class Policy:
             raise ValueError(f"readable_keys must be True or False, got {readable_keys!r}")
         self.readable_keys = readable_keys
         self._secret = keys.validate_secret(key_secret)
+        if not isinstance(plain_keys, bool):
+            raise ValueError(f"plain_keys must be True or False, got {plain_keys!r}")
+        if plain_keys and (readable_keys or key_secret is not None):
+            raise ValueError(
+                "plain_keys stores the identity as it is: give it without readable_keys "
+                "and key_secret, which shape a hashed key"
+            )
+        self.plain_keys = plain_keys
+        self._hashed = not (plain_keys or readable_keys)
         # Redis expires keys in real time. Under an injected (virtual) clock that runs
         # slower than real time, a TTL of one window would drop state that is still
         # inside the virtual window, so such clocks get an hour of slack by default.
@@ -135,7 +147,7 @@ class Policy:
         """A new limiter like this one with some options changed; this one is unchanged.
 
         Takes the constructor's keyword options (`window_seconds` or `window_ms`,
-        `limit`, `prefix`, `clock`, `on_error`, `timeout`, `readable_keys`,
+        `limit`, `prefix`, `clock`, `on_error`, `timeout`, `readable_keys`, `plain_keys`,
         `key_secret`, `ttl_slack_ms`, `clock_tolerance_ms`, and `burst`, `storage`, `near_cache`,
         `auto_pipeline` or `wait_replicas` where they apply).
         A Redis limiter's copy talks to the same client with a near-cache of its own.
@@ -164,8 +176,9 @@ class Policy:
         return Rate(self.limit, self.window_ms)
 
     def key_for(self, identity: str | bytes) -> str:
-        """The Redis key that holds this identity's state (bounded, not readable)."""
-        if not self.readable_keys and type(identity) is str and identity:
+        """The Redis key that holds this identity's state: bounded and not readable by
+        default, `<prefix>:<identity>` with `plain_keys` (see `ratelimit.keys`)."""
+        if self._hashed and type(identity) is str and identity:
             # The same key as `keys.make_key`, built without its generic checks: this
             # runs on every check.
             raw = hashlib.blake2b(
@@ -175,6 +188,8 @@ class Policy:
             ).digest()
             b64 = binascii.b2a_base64(raw, newline=False).translate(_URLSAFE)
             return self._key_head + b64[:22].decode("ascii") + "}"
+        if self.plain_keys:
+            return keys.plain_key(self.prefix, identity)
         return keys.make_key(
             self.prefix,
             self.algorithm.name,

@@ -22,19 +22,22 @@ def test_key_names_the_key_the_demo_route_writes(capsys):
     from ratelimit.demo import create_app
 
     app = create_app(ratelimit.connect(embedded=True))
-    printed = run(capsys, "key", "demo", "--scope", "geofence", "--prefix", "demo",
-                  "--algorithm", "log", "--window-ms", "1000")  # fmt: skip
-    assert printed == app.state.limits["geofence"].key_for("demo")
-    assert printed == keys.route_key(
-        "demo", scope="geofence", prefix="demo", algorithm="log", window_ms=1000
-    )
+    # The demo keeps plain keys: the key is the one the seed types.
+    printed = run(capsys, "key", "demo", "--scope", "geofence", "--window-ms", "1000",
+                  "--plain-keys")  # fmt: skip
+    assert printed == app.state.limits["geofence"].key_for("demo") == "rl:geofence:key:demo"
+    assert printed == keys.route_key("demo", scope="geofence", window_ms=1000, plain=True)
     # Not the limiter's key for the bare API key, which no route ever writes.
     assert printed != app.state.limits["geofence"].limiter.key_for("demo")
     by_address = run(
-        capsys, "key", "--address", "192.0.2.1", "--scope", "tiles", "--prefix", "demo",
-        "--algorithm", "log", "--window-ms", "1000",
+        capsys, "key", "--address", "192.0.2.1", "--scope", "tiles", "--window-ms", "1000",
+        "--plain-keys",
     )  # fmt: skip
     assert by_address == app.state.limits["tiles"].key_for(address="192.0.2.1")
+    assert by_address == "rl:tiles:address:192.0.2.1"
+    # Another prefix, another key: the prefix is the app's.
+    hashed = create_app(ratelimit.connect(embedded=True), prefix="demo")
+    assert hashed.state.limits["geofence"].key_for("demo") == "demo:geofence:key:demo"
 
 
 @pytest.mark.parametrize("algorithm", ["log", "logc", "fw", "swc", "gcra"])

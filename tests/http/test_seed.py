@@ -1,0 +1,85 @@
+"""The seed's own verification, typed as the seed types it: after the twelve geofence
+requests of API key "demo" against the demo server on a real Redis,
+`redis-cli ZCARD "rl:geofence:key:demo"` answers 10 and `redis-cli PTTL` at most 1000."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+import redis
+
+from ratelimit.devtools.demo_server import DemoServer
+
+SEED_KEY = "rl:geofence:key:demo"
+WITHIN = {"lng": 13.4, "lat": 52.5, "radius": 500}
+# The seed reads the key right after its requests: within one window (1 s) of the last
+# admit, or the key has expired. A round slower than that on a busy machine says
+# nothing about the keys and is run again, twice at most.
+ROUNDS = 3
+
+
+def redis_cli(*args: str) -> str:
+    """What `redis-cli ARGS...` prints, on the default host and port, as the seed types it."""
+    return subprocess.run(
+        ["redis-cli", *args], capture_output=True, text=True, check=True, timeout=10
+    ).stdout.strip()
+
+
+@pytest.fixture
+def default_redis(real_redis_url: str) -> redis.Redis:
+    """The Redis that a bare `redis-cli` reaches (127.0.0.1:6379), as the seed assumes."""
+    client = redis.Redis.from_url(real_redis_url)
+    kwargs = client.connection_pool.connection_kwargs
+    if (kwargs.get("host"), kwargs.get("port")) != ("127.0.0.1", 6379) or not shutil.which(
+        "redis-cli"
+    ):
+        pytest.skip("the seed's commands need redis-cli and a Redis on 127.0.0.1:6379")
+    return client
+
+
+def test_the_seeds_verification_as_the_seed_types_it(default_redis):
+    server = DemoServer(redis_url="redis://127.0.0.1:6379/0")
+    slow_rounds = 0
+    try:
+        server.start()
+        with httpx.Client(base_url=server.url, timeout=5) as c:
+            c.get("/within", params=WITHIN, headers={"x-api-key": "warm-up"})
+            for _ in range(ROUNDS):
+                redis_cli("DEL", SEED_KEY)
+                start = time.monotonic()
+                statuses = [
+                    c.get("/within", params=WITHIN, headers={"x-api-key": "demo"}).status_code
+                    for _ in range(12)
+                ]
+                zcard, pttl = redis_cli("ZCARD", SEED_KEY), redis_cli("PTTL", SEED_KEY)
+                if time.monotonic() - start < 1.0:
+                    break
+                slow_rounds += 1
+            else:
+                pytest.fail(f"{ROUNDS} rounds each took over a second: the machine is too busy")
+    finally:
+        server.close()
+        default_redis.close()
+    assert statuses == [200] * 10 + [429] * 2
+    assert zcard == "10"
+    assert 0 < int(pttl) <= 1000
+
+
+async def test_an_api_key_a_plain_key_cannot_hold_is_a_400_and_writes_nothing(client, prefix):
+    from ratelimit.demo import create_app
+
+    app = create_app(client, prefix=prefix)
+    transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://demo") as c:
+        for bad in ["de mo", "a*b", "{x}", "q?", "back\\slash"]:
+            r = await c.get("/within", params=WITHIN, headers={"x-api-key": bad})
+            assert r.status_code == 400, (bad, r.text)
+            assert "plain_keys" in r.json()["detail"]
+        ok = await c.get("/within", params=WITHIN, headers={"x-api-key": "fine"})
+    assert ok.status_code == 200
+    written = [k async for k in client.scan_iter(match=f"{prefix}:*")]
+    assert written == [f"{prefix}:geofence:key:fine".encode()]
