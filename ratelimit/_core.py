@@ -7,17 +7,18 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import redis.exceptions
 
 from . import acl, lanes, nearcache, plan, scripts
 from . import clock as clocks
-from .backends import is_embedded
+from .backends import is_embedded, require_kind
 from .cluster_client import guarded, is_cluster
 from .decision import Decision
 from .errors import RateLimiterUnavailable
-from .policy import Policy
+from .policy import OnError, Policy
+from .rates import Rate
 from .validation import non_negative_int
 
 log = logging.getLogger("ratelimit")
@@ -52,15 +53,40 @@ _monotonic = time.monotonic  # the near-cache's clock under clock="redis" (tests
 class LimiterBase(Policy):
     """A policy bound to a Redis client and its algorithm's Lua script."""
 
+    # Whether the client is an asyncio one (the shells say; see `backends.require_kind`).
+    _asyncio: ClassVar[bool]
+    # Set by the shells: how long a failed attempt may be retried within, the client's
+    # lane for lone checks (None: none) and what sends a round trip elsewhere.
+    _retry_within: float
+    _lane: Any
+    _elsewhere: Any
+
     def __init__(
         self,
         redis: Any,
-        *args: Any,
+        window_seconds: int | str | Rate | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
         near_cache: bool | int = False,
         wait_replicas: int = 0,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        # The wrong kind of client is refused here, before it is used anywhere.
+        require_kind(redis, self._asyncio, type(self))
+        super().__init__(
+            window_seconds, limit, prefix, window_ms=window_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms,
+        )  # fmt: skip
         self.redis = redis
         self._options["wait_replicas"] = wait_replicas
         self.wait_replicas = self._validate_wait(redis, wait_replicas)

@@ -297,8 +297,9 @@ COMPACT_LOG = CompactLog("logc", "sliding log (compact)", "compact_log", "Slidin
                          max_limit=SLIDING_LOG_MAX_LIMIT, storage="compact",
                          state_per_unit=True, extra_options=("storage",))  # fmt: skip
 # Where `SlidingWindowLimiter(..., storage=...)` keeps its log.
+LogStorage = Literal["compact", "sorted-set"]
 LOG_STORAGES: dict[str, Algorithm] = {"sorted-set": SLIDING_LOG, "compact": COMPACT_LOG}
-DEFAULT_LOG_STORAGE = "compact"
+DEFAULT_LOG_STORAGE: LogStorage = "compact"
 
 
 def log_storage(storage: Any) -> Algorithm:
