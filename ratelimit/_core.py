@@ -113,7 +113,7 @@ class LimiterBase(Policy):
         self._host_clock = self.clock is clocks.DEFAULT
         self._opener = self.algorithm.opener(self)
         # The radixes of a one-integer reply (lua/epilogue.lua).
-        self._limit_base, self._retry_base = constants["L1"], constants["R"]
+        self._limit_base, self._retry_base = int(constants["L1"]), int(constants["R"])
         self._wait = self._wait_command() if self.wait_replicas else None
         # A cluster sends a waiting check to the key's master itself (cluster_client).
         self._on_cluster = is_cluster(self._client)
@@ -141,12 +141,14 @@ class LimiterBase(Policy):
     def script(self) -> str:
         """The Lua script this limiter runs, as its client loads it: its options as
         constants in front, behind the `#!lua` line on a real Redis."""
-        return self._script.script
+        script: str = self._script.script
+        return script
 
     @property
     def script_sha(self) -> str:
         """The script's SHA1, the name EVALSHA calls it by (to preload or look it up)."""
-        return self._script.sha
+        sha: str = self._script.sha
+        return sha
 
     def _rebuild(self, options: dict[str, Any]) -> Any:
         return type(self)(self.redis, **options)
@@ -205,7 +207,7 @@ class LimiterBase(Policy):
         its reload, go one command at a time through `execute_command`, so that a
         wrapper of that method sees every check."""
         if len(commands) == 1 or (len(commands) == 2 and commands[0][0] == "SCRIPT"):
-            return commands[-1][0] == "WAIT"
+            return bool(commands[-1][0] == "WAIT")
         return True
 
     def _pipeline_of(self, commands: plan.Commands) -> Any:
@@ -322,7 +324,7 @@ class LimiterBase(Policy):
                 )
         return [self._prepare(who, cost) for who, cost in zip(identities, costs, strict=True)]
 
-    def _decision(self, reply: int | list[int], now: Any = None) -> Decision:
+    def _decision(self, reply: Any, now: Any = None) -> Decision:
         """The `Decision` in a script's reply; `now` is the time the check sent (its
         ARGV[1]), the decision time of a reply that is one integer."""
         if type(reply) is int:

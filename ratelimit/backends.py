@@ -96,7 +96,8 @@ def connect(
     """
     url = _url(url, embedded)
     if url is None:
-        return _fakeredis().FakeAsyncRedis()
+        embedded_client: redis.asyncio.Redis = _fakeredis().FakeAsyncRedis()
+        return embedded_client
     if is_cluster_url(url):
         first, seeds = parse_cluster_url(url)
         return redis.asyncio.RedisCluster.from_url(
@@ -118,7 +119,13 @@ def connect(
             },
             **target.server_kwargs,
         )
-        return sentinel.master_for(target.service, **bounded, retry=AsyncRetry(NoBackoff(), 0))
+        primary: redis.asyncio.Redis = sentinel.master_for(
+            target.service,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=AsyncRetry(NoBackoff(), 0),
+        )
+        return primary
     return redis.asyncio.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
@@ -128,7 +135,8 @@ def connect_sync(
     """A synchronous client for `url` (or `REDIS_URL`), else an embedded fakeredis."""
     url = _url(url, embedded)
     if url is None:
-        return _fakeredis().FakeRedis()
+        embedded_sync: redis.Redis = _fakeredis().FakeRedis()
+        return embedded_sync
     if is_cluster_url(url):
         first, seeds = parse_cluster_url(url)
         return redis.RedisCluster.from_url(
@@ -146,7 +154,13 @@ def connect_sync(
             sentinel_kwargs={**target.sentinel_kwargs, **bounded, "retry": Retry(NoBackoff(), 0)},
             **target.server_kwargs,
         )
-        return sentinel.master_for(target.service, **bounded, retry=Retry(NoBackoff(), 0))
+        primary_sync: redis.Redis = sentinel.master_for(
+            target.service,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+        return primary_sync
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 

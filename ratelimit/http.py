@@ -92,7 +92,7 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import HTTPException, Request, Response
 from fastapi.params import Depends as DependsParam
@@ -152,6 +152,23 @@ CostFunction = Callable[[Request], int | Awaitable[int]]
 
 
 # --- problem+json -----------------------------------------------------------------------
+
+
+class Limiter(Protocol):
+    """What `RateLimit` needs of a limiter: one of `ratelimit`'s (its `check` awaited) or
+    of `ratelimit.sync`'s (its `check` run in a worker thread)."""
+
+    @property
+    def limit(self) -> int: ...
+
+    @property
+    def window_ms(self) -> int: ...
+
+    def check(self, identity: str, cost: int = 1, /) -> Any: ...
+
+    def key_for(self, identity: str, /) -> str: ...
+
+    def validate_cost(self, cost: int, /) -> int: ...
 
 
 class Problem(HTTPException):
@@ -269,7 +286,7 @@ class RateLimit:
 
     def __init__(
         self,
-        limiter: Any,
+        limiter: Limiter,
         *,
         scope: str = "default",
         cost: int | CostFunction | DependsParam = 1,

@@ -185,7 +185,8 @@ class AsyncLimiter(LimiterBase):
                 self._client, calls, self._wait, self._count_resends
             )
         steps = plan.batch(calls, self._wait, self._retry_within, resent=self._count_resends)
-        return await plan.arun(steps, self._send, None)
+        replies: list[Any] = await plan.arun(steps, self._send, None)
+        return replies
 
     async def _send(self, key: Any, commands: plan.Commands) -> Any:
         """One round trip: the replies (error replies in place), or what stopped it."""
@@ -196,7 +197,8 @@ class AsyncLimiter(LimiterBase):
 
     async def _through_client(self, key: Any, commands: plan.Commands) -> list[Any]:
         if self._pipelines(commands):
-            return await self._pipeline_of(commands).execute(raise_on_error=False)
+            replies: list[Any] = await self._pipeline_of(commands).execute(raise_on_error=False)
+            return replies
         return [await self._in_place(command) for command in commands]
 
     async def _in_place(self, command: tuple[Any, ...]) -> Any:

@@ -95,7 +95,7 @@ class Policy:
             "ttl_slack_ms": ttl_slack_ms,
             "clock_tolerance_ms": clock_tolerance_ms,
         }
-        self.window_ms = self._options["window_ms"]
+        self.window_ms: int = self._options["window_ms"]
         self.limit = validation.limit(limit, self.algorithm.max_limit)
         if self.algorithm.check_range is not None:
             self.algorithm.check_range(self.window_ms, self.limit)
@@ -198,7 +198,7 @@ class Policy:
 
     @property
     def window_seconds(self) -> float:
-        return self.window_ms / 1000
+        return float(self.window_ms / 1000)
 
     @property
     def rate(self) -> Rate:
@@ -295,7 +295,7 @@ class GcraPolicy(Policy):
         return max(self.limit, self.burst)
 
     def validate_cost(self, cost: Any) -> int:
-        cost = super().validate_cost(cost)
-        if cost > self.burst:
-            raise ValueError(f"cost must be <= burst ({self.burst}), got {cost}")
-        return cost
+        valid = super().validate_cost(cost)
+        if valid > self.burst:
+            raise ValueError(f"cost must be <= burst ({self.burst}), got {valid}")
+        return valid

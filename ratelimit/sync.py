@@ -147,7 +147,8 @@ class SyncLimiter(LimiterBase):
 
     def _through_client(self, key: Any, commands: plan.Commands) -> list[Any]:
         if self._pipelines(commands):
-            return self._pipeline_of(commands).execute(raise_on_error=False)
+            replies: list[Any] = self._pipeline_of(commands).execute(raise_on_error=False)
+            return replies
         return [self._in_place(command) for command in commands]
 
     def _in_place(self, command: tuple[Any, ...]) -> Any:
