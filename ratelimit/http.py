@@ -97,6 +97,7 @@ from typing import Any, Protocol
 from fastapi import HTTPException, Request, Response
 from fastapi.params import Depends as DependsParam
 from fastapi.responses import JSONResponse
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 
 from .decision import Decision
@@ -218,7 +219,7 @@ async def _problem_handler(request: Request, exc: Exception) -> Response:
     return problem_response(exc)
 
 
-def install(app: Any) -> None:
+def install(app: Starlette) -> None:
     """Answer every `Problem` (429, 503, 400, 431 from `RateLimit`) as problem+json."""
     app.add_exception_handler(Problem, _problem_handler)
 

@@ -12,7 +12,7 @@ import redis.asyncio
 import ratelimit
 import ratelimit.sync
 from ratelimit import Decision, Rate
-from ratelimit.http import rate_limit
+from ratelimit.http import install, rate_limit
 
 r = redis.asyncio.Redis()
 s = redis.Redis()
@@ -61,6 +61,8 @@ async def checks() -> None:
     limiter.with_options(storage="log")  # mypy: error
     rate_limit(object())  # mypy: error
     rate_limit(limiter, scope=7)  # mypy: error
+    rate_limit(limiter, cost="2")  # mypy: error
+    install(object())  # mypy: error
 
 
 def sync_checks() -> None:
