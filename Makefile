@@ -75,7 +75,7 @@ export UV_LINK_MODE ?= copy
 # help: list the targets.
 help:
 	@echo "make setup   create .venv and install the locked dependencies (no-op when up to date)"
-	@echo "make test    run tests/ and the notebooks (nbval strict); PYTEST_ARGS=... is passed on"
+	@echo "make test    mypy --strict, then tests/ and the notebooks (nbval strict); PYTEST_ARGS=... is passed on"
 	@echo "make test-pythons  run the library's tests (tests/core, tests/http) on Python $(PY_VERSIONS), each in .venv-X.Y"
 	@echo "make test-eager    the same tests on Python $(EAGER_PYTHON) with asyncio.eager_task_factory on every event loop"
 	@echo "make run     execute notebooks/[0-9]*.ipynb into $(EXECUTED_DIR)/ and build the book $(REPORT_DIR)/ (tracked files untouched)"
@@ -144,10 +144,12 @@ $(LOCK): | $(UV)
 lock: | $(UV)
 	$(compile_lock)
 
-# test: the import contracts (lint-imports), then pytest over tests/ plus the notebooks under nbval
+# test: the import contracts (lint-imports), mypy --strict over the library and tests/typing's user
+# code (pyproject.toml's [tool.mypy]), then pytest over tests/ plus the notebooks under nbval
 # strict; "no tests collected" (exit 5) counts as success.
 test: setup
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(VENV)/bin/mypy
 	@# The lab's compiled kernels (numba) are built here, once, by planning the example log: the
 	@# two test workers then load them from the cache instead of compiling beside timed tests.
 	$(VPY) -m ratelimit.lab plan --no-measure --no-progress > /dev/null 2> $(VENV)/.plan-warm-up.log \

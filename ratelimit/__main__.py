@@ -171,9 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; bad arguments exit with status 2 and a message, as argparse does."""
     args = parser().parse_args(argv)
     try:
-        return args.run(args)
+        status: int = args.run(args)
+        return status
     except ValueError as exc:
         args.parser.error(str(exc))  # the command's usage and the message; exits
+        raise  # not reached: error() exits
 
 
 if __name__ == "__main__":

@@ -7,17 +7,18 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import redis.exceptions
 
 from . import acl, lanes, nearcache, plan, scripts
 from . import clock as clocks
-from .backends import is_embedded
+from .backends import is_embedded, require_kind
 from .cluster_client import guarded, is_cluster
 from .decision import Decision
 from .errors import RateLimiterUnavailable
-from .policy import Policy
+from .policy import OnError, Policy
+from .rates import Rate
 from .validation import non_negative_int
 
 log = logging.getLogger("ratelimit")
@@ -52,15 +53,41 @@ _monotonic = time.monotonic  # the near-cache's clock under clock="redis" (tests
 class LimiterBase(Policy):
     """A policy bound to a Redis client and its algorithm's Lua script."""
 
+    # Whether the client is an asyncio one (the shells say; see `backends.require_kind`).
+    _asyncio: ClassVar[bool]
+    # Set by the shells: how long a failed attempt may be retried within, the client's
+    # lane for lone checks (None: none) and what sends a round trip elsewhere.
+    _retry_within: float
+    _lane: Any
+    _elsewhere: Any
+
     def __init__(
         self,
         redis: Any,
-        *args: Any,
+        window_seconds: int | str | Rate | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
         near_cache: bool | int = False,
         wait_replicas: int = 0,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        # The wrong kind of client is refused here, before it is used anywhere.
+        require_kind(redis, self._asyncio, type(self))
+        super().__init__(
+            window_seconds, limit, prefix, window_ms=window_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys, plain_keys=plain_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms,
+        )  # fmt: skip
         self.redis = redis
         self._options["wait_replicas"] = wait_replicas
         self.wait_replicas = self._validate_wait(redis, wait_replicas)
@@ -87,7 +114,7 @@ class LimiterBase(Policy):
         self._host_clock = self.clock is clocks.DEFAULT
         self._opener = self.algorithm.opener(self)
         # The radixes of a one-integer reply (lua/epilogue.lua).
-        self._limit_base, self._retry_base = constants["L1"], constants["R"]
+        self._limit_base, self._retry_base = int(constants["L1"]), int(constants["R"])
         self._wait = self._wait_command() if self.wait_replicas else None
         # A cluster sends a waiting check to the key's master itself (cluster_client).
         self._on_cluster = is_cluster(self._client)
@@ -115,12 +142,14 @@ class LimiterBase(Policy):
     def script(self) -> str:
         """The Lua script this limiter runs, as its client loads it: its options as
         constants in front, behind the `#!lua` line on a real Redis."""
-        return self._script.script
+        script: str = self._script.script
+        return script
 
     @property
     def script_sha(self) -> str:
         """The script's SHA1, the name EVALSHA calls it by (to preload or look it up)."""
-        return self._script.sha
+        sha: str = self._script.sha
+        return sha
 
     def _rebuild(self, options: dict[str, Any]) -> Any:
         return type(self)(self.redis, **options)
@@ -179,7 +208,7 @@ class LimiterBase(Policy):
         its reload, go one command at a time through `execute_command`, so that a
         wrapper of that method sees every check."""
         if len(commands) == 1 or (len(commands) == 2 and commands[0][0] == "SCRIPT"):
-            return commands[-1][0] == "WAIT"
+            return bool(commands[-1][0] == "WAIT")
         return True
 
     def _pipeline_of(self, commands: plan.Commands) -> Any:
@@ -296,7 +325,7 @@ class LimiterBase(Policy):
                 )
         return [self._prepare(who, cost) for who, cost in zip(identities, costs, strict=True)]
 
-    def _decision(self, reply: int | list[int], now: Any = None) -> Decision:
+    def _decision(self, reply: Any, now: Any = None) -> Decision:
         """The `Decision` in a script's reply; `now` is the time the check sent (its
         ARGV[1]), the decision time of a reply that is one integer."""
         if type(reply) is int:

@@ -144,7 +144,10 @@ class Algorithm:
         """This algorithm's limiter: "async" (`ratelimit`), "sync" (`ratelimit.sync`) or
         "reference" (the lab's in-memory model, once the lab has registered it)."""
         if kind in _MODULES:
-            return getattr(importlib.import_module(_MODULES[kind], __package__), self.class_name)
+            found: type[Any] = getattr(
+                importlib.import_module(_MODULES[kind], __package__), self.class_name
+            )
+            return found
         if kind in _REGISTERED_KINDS:
             return self.part(kind)  # type: ignore[no-any-return]
         kinds = sorted([*_MODULES, *_REGISTERED_KINDS])
@@ -212,7 +215,8 @@ class FixedWindow(Algorithm):
         return lambda now, cost: b"%d" % (now // window % p * m + cost)
 
     def effective_window_ms(self, policy: Any, decision: Any) -> int | None:
-        return decision.reset_after_ms  # the whole budget comes back when the window ends
+        # The whole budget comes back when the window ends.
+        return int(decision.reset_after_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +249,8 @@ class Gcra(Algorithm):
         # them, so the next is due that many intervals, less one, before it is full.
         interval = policy.window_ms / policy.limit
         units_to_full = policy.burst - decision.remaining
-        return math.ceil(decision.reset_after_ms - (units_to_full - 1) * interval)
+        due: float = decision.reset_after_ms - (units_to_full - 1) * interval
+        return math.ceil(due)
 
 
 # The log stores one member per unit of cost; its script has 2^23 member slots, and a
@@ -297,8 +302,9 @@ COMPACT_LOG = CompactLog("logc", "sliding log (compact)", "compact_log", "Slidin
                          max_limit=SLIDING_LOG_MAX_LIMIT, storage="compact",
                          state_per_unit=True, extra_options=("storage",))  # fmt: skip
 # Where `SlidingWindowLimiter(..., storage=...)` keeps its log.
+LogStorage = Literal["compact", "sorted-set"]
 LOG_STORAGES: dict[str, Algorithm] = {"sorted-set": SLIDING_LOG, "compact": COMPACT_LOG}
-DEFAULT_LOG_STORAGE = "compact"
+DEFAULT_LOG_STORAGE: LogStorage = "compact"
 
 
 def log_storage(storage: Any) -> Algorithm:
@@ -318,6 +324,6 @@ def get(spec: Any) -> Algorithm:
                 return a
     else:
         found = getattr(spec, "algorithm", spec)
-        if found in known:
+        if isinstance(found, Algorithm) and found in known:
             return found
     raise ValueError(f"unknown algorithm {spec!r}: give one of {', '.join(NAMES)}")

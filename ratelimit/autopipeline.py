@@ -40,7 +40,7 @@ from .cluster_client import is_cluster
 MAX_BATCH = 1000
 
 # One queued check: (limiter, KEYS, ARGV, the future its caller awaits).
-Entry = tuple[Any, list[Any], list[Any], asyncio.Future]
+Entry = tuple[Any, list[Any], list[Any], asyncio.Future[Any]]
 
 
 class _Batch:
@@ -61,14 +61,14 @@ class AutoPipeline:
     def __init__(self, cluster: bool) -> None:
         self._cluster = cluster
         self._open: _Batch | None = None
-        self._flushing: set[asyncio.Task] = set()  # strong references while they run
+        self._flushing: set[asyncio.Task[Any]] = set()  # strong references while they run
         # What is in flight on `_loop` (the counters of a loop that is gone are dropped):
         # checks sent alone (the limiter counts them, see AsyncLimiter.check), flushes,
         # and the flushes waiting for the lone checks to be answered.
         self._loop: asyncio.AbstractEventLoop | None = None
         self.lone = 0
         self._flights = 0
-        self._waiters: list[asyncio.Future] = []
+        self._waiters: list[asyncio.Future[Any]] = []
         # The loop whose current turn runs the tasks a flush just answered (see `_woke`).
         self._waking: asyncio.AbstractEventLoop | None = None
         self._starting = False  # inside `submit`'s create_task (see `_flush`)
@@ -117,7 +117,7 @@ class AutoPipeline:
         if self._waking is loop:
             self._waking = None
 
-    def submit(self, limiter: Any, keys: list[Any], args: list[Any]) -> asyncio.Future:
+    def submit(self, limiter: Any, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
         """Queue one script call; the future gets the script's raw reply or the error
         that stopped it."""
         loop = asyncio.get_running_loop()
@@ -140,7 +140,7 @@ class AutoPipeline:
             self._open = None  # full: the next check opens another batch
         return future
 
-    def submit_waiting(self, limiter: Any, keys: list[Any], args: list[Any]) -> asyncio.Future:
+    def submit_waiting(self, limiter: Any, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
         """`submit` for a limiter with `wait_replicas`: its batch ends with a WAIT."""
         batch = self._open
         future = self.submit(limiter, keys, args)
@@ -194,7 +194,7 @@ class AutoPipeline:
                 self._woke(loop)
 
 
-def _settle(future: asyncio.Future, reply: Any) -> None:
+def _settle(future: asyncio.Future[Any], reply: Any) -> None:
     """Hand a reply (or an error) to a caller that still waits."""
     if future.done():
         return
@@ -283,7 +283,7 @@ async def _cluster_group(group: list[Entry]) -> None:
     if len(group) == 1:
         await _single(group[0])
         return
-    calls = [(limiter._script, keys, args) for limiter, keys, args, _ in group]
+    calls: list[plan.Call] = [(limiter._script, keys, args) for limiter, keys, args, _ in group]
     try:
         results: Any = await cluster_client.arun_batch(
             group[0][0]._client, calls, None, _resent(group)

@@ -39,7 +39,7 @@ import os
 import sys
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
@@ -59,6 +59,11 @@ from . import cluster_client
 # The cluster schemes and the single-server scheme each stands for.
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SENTINEL_SCHEMES = {"redis+sentinel": "redis", "rediss+sentinel": "rediss"}
+
+# The clients the limiters take: `ratelimit`'s an asyncio one, `ratelimit.sync`'s a
+# blocking one (fakeredis's and Sentinel's master clients are subclasses of these).
+AsyncClient: TypeAlias = redis.asyncio.Redis | redis.asyncio.RedisCluster
+SyncClient: TypeAlias = redis.Redis | redis.RedisCluster
 
 # CLUSTER_RETRIES: cluster clients from `connect()` do not retry by themselves, like
 # redis-py's single-server clients from a URL; the limiters retry a dropped connection
@@ -83,7 +88,7 @@ def _url(url: str | None, embedded: bool) -> str | None:
 
 def connect(
     url: str | None = None, *, timeout: float = 1.0, embedded: bool = False
-) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
+) -> AsyncClient:
     """An asyncio client for `url` (or `REDIS_URL`), else an embedded fakeredis.
 
     `embedded=True` always gives the embedded one, whatever `REDIS_URL` says (for
@@ -91,7 +96,8 @@ def connect(
     """
     url = _url(url, embedded)
     if url is None:
-        return _fakeredis().FakeAsyncRedis()
+        embedded_client: redis.asyncio.Redis = _fakeredis().FakeAsyncRedis()
+        return embedded_client
     if is_cluster_url(url):
         first, seeds = parse_cluster_url(url)
         return redis.asyncio.RedisCluster.from_url(
@@ -113,17 +119,24 @@ def connect(
             },
             **target.server_kwargs,
         )
-        return sentinel.master_for(target.service, **bounded, retry=AsyncRetry(NoBackoff(), 0))
+        primary: redis.asyncio.Redis = sentinel.master_for(
+            target.service,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=AsyncRetry(NoBackoff(), 0),
+        )
+        return primary
     return redis.asyncio.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
 def connect_sync(
     url: str | None = None, *, timeout: float = 1.0, embedded: bool = False
-) -> redis.Redis | redis.RedisCluster:
+) -> SyncClient:
     """A synchronous client for `url` (or `REDIS_URL`), else an embedded fakeredis."""
     url = _url(url, embedded)
     if url is None:
-        return _fakeredis().FakeRedis()
+        embedded_sync: redis.Redis = _fakeredis().FakeRedis()
+        return embedded_sync
     if is_cluster_url(url):
         first, seeds = parse_cluster_url(url)
         return redis.RedisCluster.from_url(
@@ -141,7 +154,13 @@ def connect_sync(
             sentinel_kwargs={**target.sentinel_kwargs, **bounded, "retry": Retry(NoBackoff(), 0)},
             **target.server_kwargs,
         )
-        return sentinel.master_for(target.service, **bounded, retry=Retry(NoBackoff(), 0))
+        primary_sync: redis.Redis = sentinel.master_for(
+            target.service,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+        return primary_sync
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
@@ -255,6 +274,56 @@ def is_embedded(client: Any) -> bool:
     return fake is not None and isinstance(
         client, fake.FakeRedis | fake.FakeStrictRedis | fake.FakeAsyncRedis
     )
+
+
+def require_kind(client: object, asyncio: bool, limiter: type) -> None:
+    """TypeError naming the limiter to use instead when `client` is a redis-py client of
+    the other kind: a blocking one given to an asyncio limiter, or the reverse (its
+    checks would fail only later, and obscurely). Any other object (a wrapper that is
+    no redis-py client) is taken as it is."""
+    other: tuple[type, ...] = (
+        (redis.Redis, redis.RedisCluster)
+        if asyncio
+        else (redis.asyncio.Redis, redis.asyncio.RedisCluster)
+    )
+    if not isinstance(client, other):
+        return
+    # The limiter of the same algorithm in the other module: the first of the library's
+    # classes the limiter is (a user's subclass names the class it builds on).
+    here = "ratelimit.limiters" if asyncio else "ratelimit.sync"
+    base = next((c.__name__ for c in limiter.__mro__ if c.__module__ == here), "")
+    there = "ratelimit.sync" if asyncio else "ratelimit"
+    instead = (
+        f"{there}.{base}"
+        if base and base not in ("AsyncLimiter", "SyncLimiter")
+        else f"the limiters of {there}"
+    )
+    takes = "a redis.asyncio client" if asyncio else "a synchronous client (redis.Redis)"
+    raise TypeError(
+        f"{_public_name(limiter)} takes {takes}; for a {_client_name(client)} use {instead}"
+    )
+
+
+def _public_name(cls: type) -> str:
+    """`cls` as a user imports it: ratelimit.limiters' classes from `ratelimit`."""
+    module = {"ratelimit.limiters": "", "ratelimit.sync": "ratelimit.sync."}.get(
+        cls.__module__, f"{cls.__module__}."
+    )
+    return f"{module}{cls.__qualname__}"
+
+
+def _client_name(client: object) -> str:
+    """What kind of client `client` is, by the name it is imported as."""
+    if type(client).__module__.startswith("fakeredis"):
+        if isinstance(client, redis.asyncio.Redis):
+            return "fakeredis.FakeAsyncRedis"
+        return f"fakeredis.{type(client).__name__}"
+    kinds: tuple[tuple[type, str], ...] = (
+        (redis.asyncio.RedisCluster, "redis.asyncio.RedisCluster"),
+        (redis.asyncio.Redis, "redis.asyncio.Redis"),
+        (redis.RedisCluster, "redis.RedisCluster"),
+    )
+    return next((name for kind, name in kinds if isinstance(client, kind)), "redis.Redis")
 
 
 # One bounded client per (caller's client, timeout): limiters built alike, such as the

@@ -101,7 +101,8 @@ class GuardedCluster:
         return await _guard(self.client.script_load(script))
 
     def register_script(self, script: Any) -> AsyncScript:
-        return AsyncScript(self, script)  # so that its registered_client is this guard
+        # so that its registered_client is this guard (which acts as the client)
+        return AsyncScript(self, script)  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -180,7 +181,8 @@ def send_batch(client: Any, key: Any, commands: list[tuple[Any, ...]]) -> list[A
     pipe = client.pipeline(transaction=False)
     for command in commands[n:]:
         pipe.execute_command(*command)
-    return replies + pipe.execute(raise_on_error=False)
+    answers: list[Any] = pipe.execute(raise_on_error=False)
+    return replies + answers
 
 
 async def asend_batch(client: Any, key: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
@@ -196,7 +198,7 @@ async def asend_batch(client: Any, key: Any, commands: list[tuple[Any, ...]]) ->
     # retry, and ours may not: every batch for the slots of a master that died would go
     # on to it, also after its replica took over. So refresh it here.
     try:
-        answers = await _guard(pipe.execute(raise_on_error=False))
+        answers: list[Any] = await _guard(pipe.execute(raise_on_error=False))
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
         await _refresh_async(unguarded)
         raise
@@ -332,7 +334,8 @@ def run_batch(
     `resent` is told of the calls sent again after a dropped connection."""
     if not wait:
         batch = plan.batch(calls, None, NO_RETRY, resent=resent)
-        return plan.run(batch, partial(send_batch, client), None)
+        replies: list[Any] = plan.run(batch, partial(send_batch, client), None)
+        return replies
     out: list[Any] = [None] * len(calls)
     try:
         groups = _groups(client, calls)
@@ -353,7 +356,8 @@ async def arun_batch(
     """`run_batch` for an asyncio cluster client (guarded or not)."""
     if not wait:
         batch = plan.batch(calls, None, NO_RETRY, resent=resent)
-        return await plan.arun(batch, partial(asend_batch, client), None)
+        replies: list[Any] = await plan.arun(batch, partial(asend_batch, client), None)
+        return replies
     cluster = client.client if isinstance(client, GuardedCluster) else client
     await _guard(cluster.initialize())
     out: list[Any] = [None] * len(calls)

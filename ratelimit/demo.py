@@ -53,6 +53,7 @@ from .backends import connect
 from .costs import GEOFENCE_MAX_COST, geofence_cost
 from .http import RateLimit, RateLimitInfo, install, rate_limit
 from .limiters import SlidingWindowLimiter
+from .policy import OnError
 
 __all__ = ["create_app", "tile_png"]
 
@@ -198,8 +199,8 @@ def create_app(
     window_s: int = 1,
     within_limit: int = 10,
     tiles_limit: int = 100,
-    within_on_error: str = "deny",
-    tiles_on_error: str = "allow",
+    within_on_error: OnError = "deny",
+    tiles_on_error: OnError = "allow",
     trusted_proxies: Iterable[str] = (),
     legacy_headers: bool = True,
     prefix: str = "rl",
@@ -221,13 +222,13 @@ def create_app(
     # shows the API key "demo"'s entries on the geofence route, typed as a person would
     # (the default, compact storage under hashed keys decides alike in fewer bytes).
     # Each route has its own scope in the key, and one window, so one prefix serves both.
-    common = {"clock": clock, "timeout": timeout, "storage": "sorted-set", "plain_keys": True}
-    within_limiter = SlidingWindowLimiter(
-        redis, window_s, within_limit, prefix, on_error=within_on_error, **common
-    )
-    tiles_limiter = SlidingWindowLimiter(
-        redis, window_s, tiles_limit, prefix, on_error=tiles_on_error, **common
-    )
+    within_limiter, tiles_limiter = (
+        SlidingWindowLimiter(
+            redis, window_s, limit, prefix, on_error=on_error, clock=clock, timeout=timeout,
+            storage="sorted-set", plain_keys=True,
+        )
+        for limit, on_error in ((within_limit, within_on_error), (tiles_limit, tiles_on_error))
+    )  # fmt: skip
     max_cost = min(GEOFENCE_MAX_COST, within_limit)
 
     async def within_cost(query: Annotated[WithinQuery, Depends(within_params)]) -> int:

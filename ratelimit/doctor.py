@@ -500,7 +500,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _size(n: int) -> str:
+def _size(n: Any) -> str:
     for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
         if n >= size:
             return f"{n / size:.1f} {unit}"

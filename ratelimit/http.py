@@ -92,11 +92,12 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import HTTPException, Request, Response
 from fastapi.params import Depends as DependsParam
 from fastapi.responses import JSONResponse
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 
 from .decision import Decision
@@ -154,6 +155,23 @@ CostFunction = Callable[[Request], int | Awaitable[int]]
 # --- problem+json -----------------------------------------------------------------------
 
 
+class Limiter(Protocol):
+    """What `RateLimit` needs of a limiter: one of `ratelimit`'s (its `check` awaited) or
+    of `ratelimit.sync`'s (its `check` run in a worker thread)."""
+
+    @property
+    def limit(self) -> int: ...
+
+    @property
+    def window_ms(self) -> int: ...
+
+    def check(self, identity: str, cost: int = 1, /) -> Any: ...
+
+    def key_for(self, identity: str, /) -> str: ...
+
+    def validate_cost(self, cost: int, /) -> int: ...
+
+
 class Problem(HTTPException):
     """An HTTP error answered as `application/problem+json` (RFC 9457) once `install`ed.
 
@@ -201,7 +219,7 @@ async def _problem_handler(request: Request, exc: Exception) -> Response:
     return problem_response(exc)
 
 
-def install(app: Any) -> None:
+def install(app: Starlette) -> None:
     """Answer every `Problem` (429, 503, 400, 431 from `RateLimit`) as problem+json."""
     app.add_exception_handler(Problem, _problem_handler)
 
@@ -269,7 +287,7 @@ class RateLimit:
 
     def __init__(
         self,
-        limiter: Any,
+        limiter: Limiter,
         *,
         scope: str = "default",
         cost: int | CostFunction | DependsParam = 1,

@@ -150,13 +150,15 @@ def packed(conn: Any, commands: Any) -> list[bytes]:
         if head is None:
             parts: list[bytes] = []
             if not _add_bulks(parts, start, encoding, errors):
-                return conn.pack_commands(commands)
+                packed: list[bytes] = conn.pack_commands(commands)
+                return packed
             head = b"".join(parts)
             if len(heads) < _MAX_HEADS:
                 heads[start] = head
         out += (b"*%d\r\n" % len(command), head)
         if not _add_bulks(out, command[3:], encoding, errors):
-            return conn.pack_commands(commands)
+            packed = conn.pack_commands(commands)
+            return packed
     return [b"".join(out)]
 
 
@@ -182,7 +184,7 @@ class AsyncLane:
         self._idle: list[Any] = []  # leased, no reply left unread on any of them
         self._idle_loop: asyncio.AbstractEventLoop | None = None
         # Checks waiting for a connection (in `_idle_loop`), oldest first (see `_wait`).
-        self._waiting: collections.deque[asyncio.Future] = collections.deque()
+        self._waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
         # The pool had no connection for the latest lease, and has not had one for a
         # lease since: a check that times out says so (`shortage`).
         self.short = False
@@ -190,7 +192,7 @@ class AsyncLane:
         self._max_idle = _max_idle(pool)
         # The callback, queued for the loop's next turn, that hands `_idle` back.
         self._give_back: asyncio.Handle | None = None
-        self._tasks: set[asyncio.Task] = set()  # strong references while they run
+        self._tasks: set[asyncio.Task[Any]] = set()  # strong references while they run
 
     @property
     def idle(self) -> int:
@@ -309,8 +311,8 @@ class AsyncLane:
             raise
 
     def _queued(
-        self, waiter: asyncio.Future, loop: asyncio.AbstractEventLoop, first: bool = False
-    ) -> asyncio.Future:
+        self, waiter: asyncio.Future[Any], loop: asyncio.AbstractEventLoop, first: bool = False
+    ) -> asyncio.Future[Any]:
         if first:
             self._waiting.appendleft(waiter)
         else:
@@ -590,7 +592,7 @@ def sync_lane(client: Any, timeout: float) -> SyncLane | None:
             return None
 
 
-def _run_now(coro: Any, loop: asyncio.AbstractEventLoop, tasks: set[asyncio.Task]) -> None:
+def _run_now(coro: Any, loop: asyncio.AbstractEventLoop, tasks: set[asyncio.Task[Any]]) -> None:
     """Run `coro` to its end at once if it never has to wait (the pool's release does
     not, unless its connection must reconnect or re-authenticate); else a task (kept
     in `tasks`) finishes it. A task alone would start only after every task already

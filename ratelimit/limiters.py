@@ -34,9 +34,13 @@ from typing import Any, Self
 import redis.exceptions
 
 from . import algorithms, autopipeline, cluster_client, lanes, plan
+from . import clock as clocks
 from ._core import UNAVAILABLE, LimiterBase
+from .algorithms import DEFAULT_LOG_STORAGE, LogStorage
+from .backends import AsyncClient
 from .decision import Decision
-from .policy import GcraPolicy, LogPolicy
+from .policy import GcraPolicy, LogPolicy, OnError
+from .rates import Rate
 
 
 class AsyncLimiter(LimiterBase):
@@ -47,13 +51,39 @@ class AsyncLimiter(LimiterBase):
     A limiter is an async context manager: leaving it calls `aclose()`.
     """
 
+    _asyncio = True
     # A dropped connection is retried once; the check's own timeout bounds both tries.
     _retry_within = math.inf
 
-    def __init__(self, redis: Any, *args: Any, auto_pipeline: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        redis: AsyncClient,
+        window_seconds: int | str | Rate | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        near_cache: bool | int = False,
+        wait_replicas: int = 0,
+        auto_pipeline: bool = True,
+    ) -> None:
         if not isinstance(auto_pipeline, bool):
             raise ValueError(f"auto_pipeline must be True or False, got {auto_pipeline!r}")
-        super().__init__(redis, *args, **kwargs)
+        super().__init__(
+            redis, window_seconds, limit, prefix, window_ms=window_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys, plain_keys=plain_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
+            wait_replicas=wait_replicas,
+        )  # fmt: skip
         self._options["auto_pipeline"] = auto_pipeline
         self.auto_pipeline = auto_pipeline
         # The client's idle connections for lone checks (see ratelimit.lanes).
@@ -156,7 +186,8 @@ class AsyncLimiter(LimiterBase):
                 self._client, calls, self._wait, self._count_resends
             )
         steps = plan.batch(calls, self._wait, self._retry_within, resent=self._count_resends)
-        return await plan.arun(steps, self._send, None)
+        replies: list[Any] = await plan.arun(steps, self._send, None)
+        return replies
 
     async def _send(self, key: Any, commands: plan.Commands) -> Any:
         """One round trip: the replies (error replies in place), or what stopped it."""
@@ -167,7 +198,8 @@ class AsyncLimiter(LimiterBase):
 
     async def _through_client(self, key: Any, commands: plan.Commands) -> list[Any]:
         if self._pipelines(commands):
-            return await self._pipeline_of(commands).execute(raise_on_error=False)
+            replies: list[Any] = await self._pipeline_of(commands).execute(raise_on_error=False)
+            return replies
         return [await self._in_place(command) for command in commands]
 
     async def _in_place(self, command: tuple[Any, ...]) -> Any:
@@ -180,6 +212,37 @@ class AsyncLimiter(LimiterBase):
 class SlidingWindowLimiter(LogPolicy, AsyncLimiter):
     """Sliding-window log: exact. `storage="compact"` (the default) keeps about 6 bytes per
     admitted unit of cost; `storage="sorted-set"` one sorted-set member per unit."""
+
+    def __init__(
+        self,
+        redis: AsyncClient,
+        window_seconds: int | str | Rate | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        storage: LogStorage = DEFAULT_LOG_STORAGE,
+        near_cache: bool | int = False,
+        wait_replicas: int = 0,
+        auto_pipeline: bool = True,
+    ) -> None:
+        self._use_storage(storage)
+        super().__init__(
+            redis, window_seconds, limit, prefix, window_ms=window_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys, plain_keys=plain_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
+            wait_replicas=wait_replicas,
+            auto_pipeline=auto_pipeline,
+        )  # fmt: skip
 
 
 class FixedWindowLimiter(AsyncLimiter):
@@ -198,3 +261,34 @@ class TokenBucketLimiter(GcraPolicy, AsyncLimiter):
     """Token bucket as GCRA: `limit` per window sustained, `burst` at once (default limit)."""
 
     algorithm = algorithms.GCRA
+
+    def __init__(
+        self,
+        redis: AsyncClient,
+        window_seconds: int | str | Rate | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        burst: int | None = None,
+        near_cache: bool | int = False,
+        wait_replicas: int = 0,
+        auto_pipeline: bool = True,
+    ) -> None:
+        self._use_burst(burst)
+        super().__init__(
+            redis, window_seconds, limit, prefix, window_ms=window_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys, plain_keys=plain_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
+            wait_replicas=wait_replicas,
+            auto_pipeline=auto_pipeline,
+        )  # fmt: skip

@@ -12,13 +12,17 @@ and leaves the original as it was (a replay drives such a copy on its virtual cl
 from __future__ import annotations
 
 import binascii
+import enum
 import hashlib
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 from . import algorithms, keys, validation
 from . import clock as clocks
-from .algorithms import Algorithm
+from .algorithms import Algorithm, LogStorage
 from .rates import Rate, parse_rate
+
+# What a limiter does when Redis cannot answer (see `on_error` in the README).
+OnError = Literal["raise", "allow", "deny"]
 
 VIRTUAL_CLOCK_TTL_SLACK_MS = 3_600_000
 # How far ahead of Redis's clock a stored time is trusted, by default (real clocks only).
@@ -32,6 +36,17 @@ _FIXED = frozenset(
         "wait_replicas", "clock_tolerance_ms", "plain_keys",
     }
 )  # fmt: skip
+
+
+
+class _Unset(enum.Enum):
+    """`with_options`'s default: the option keeps its value (None is a value of some)."""
+
+    UNSET = "unset"
+
+
+UNSET = _Unset.UNSET
+Unset = Literal[_Unset.UNSET]
 
 # Standard base64 -> URL-safe base64 (what `keys.digest` produces), without padding.
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
@@ -52,7 +67,7 @@ class Policy:
         *,
         window_ms: int | None = None,
         clock: clocks.Clock = clocks.DEFAULT,
-        on_error: str = "raise",
+        on_error: OnError = "raise",
         timeout: float = 1.0,
         readable_keys: bool = False,
         plain_keys: bool = False,
@@ -83,7 +98,7 @@ class Policy:
             "ttl_slack_ms": ttl_slack_ms,
             "clock_tolerance_ms": clock_tolerance_ms,
         }
-        self.window_ms = self._options["window_ms"]
+        self.window_ms: int = self._options["window_ms"]
         self.limit = validation.limit(limit, self.algorithm.max_limit)
         if self.algorithm.check_range is not None:
             self.algorithm.check_range(self.window_ms, self.limit)
@@ -143,15 +158,43 @@ class Policy:
             )
         object.__setattr__(self, name, value)
 
-    def with_options(self, **changes: Any) -> Self:
-        """A new limiter like this one with some options changed; this one is unchanged.
+    def with_options(
+        self,
+        *,
+        window_seconds: int | str | Rate | Unset = UNSET,
+        limit: int | Unset = UNSET,
+        window_ms: int | Unset = UNSET,
+        prefix: str | Unset = UNSET,
+        clock: clocks.Clock | Unset = UNSET,
+        on_error: OnError | Unset = UNSET,
+        timeout: float | Unset = UNSET,
+        readable_keys: bool | Unset = UNSET,
+        plain_keys: bool | Unset = UNSET,
+        key_secret: bytes | None | Unset = UNSET,
+        ttl_slack_ms: int | None | Unset = UNSET,
+        clock_tolerance_ms: int | None | Unset = UNSET,
+        storage: LogStorage | Unset = UNSET,
+        burst: int | None | Unset = UNSET,
+        near_cache: bool | int | Unset = UNSET,
+        auto_pipeline: bool | Unset = UNSET,
+        wait_replicas: int | Unset = UNSET,
+    ) -> Self:
+        """A new limiter like this one with the options given changed; this one is unchanged.
 
-        Takes the constructor's keyword options (`window_seconds` or `window_ms`,
-        `limit`, `prefix`, `clock`, `on_error`, `timeout`, `readable_keys`, `plain_keys`,
-        `key_secret`, `ttl_slack_ms`, `clock_tolerance_ms`, and `burst`, `storage`, `near_cache`,
-        `auto_pipeline` or `wait_replicas` where they apply).
-        A Redis limiter's copy talks to the same client with a near-cache of its own.
+        `window_seconds` (or a rate string/`Rate`, which sets the limit too) replaces
+        `window_ms`. `storage`, `burst`, `near_cache`, `auto_pipeline` and `wait_replicas`
+        apply only where the constructor takes them (TypeError elsewhere). A Redis
+        limiter's copy talks to the same client with a near-cache of its own.
         """
+        given = {
+            "window_seconds": window_seconds, "limit": limit, "window_ms": window_ms,
+            "prefix": prefix, "clock": clock, "on_error": on_error, "timeout": timeout,
+            "readable_keys": readable_keys, "plain_keys": plain_keys, "key_secret": key_secret,
+            "ttl_slack_ms": ttl_slack_ms, "clock_tolerance_ms": clock_tolerance_ms,
+            "storage": storage, "burst": burst, "near_cache": near_cache,
+            "auto_pipeline": auto_pipeline, "wait_replicas": wait_replicas,
+        }  # fmt: skip
+        changes = {name: value for name, value in given.items() if value is not UNSET}
         options = dict(self._options)
         unknown = sorted(set(changes) - set(options) - {"window_seconds"})
         if unknown:
@@ -168,7 +211,7 @@ class Policy:
 
     @property
     def window_seconds(self) -> float:
-        return self.window_ms / 1000
+        return float(self.window_ms / 1000)
 
     @property
     def rate(self) -> Rate:
@@ -226,25 +269,28 @@ class LogPolicy(Policy):
     # The default storage's; an instance built with another storage carries its own.
     algorithm = algorithms.LOG_STORAGES[algorithms.DEFAULT_LOG_STORAGE]
 
-    def __init__(
-        self, *args: Any, storage: str = algorithms.DEFAULT_LOG_STORAGE, **kwargs: Any
-    ) -> None:
-        # Set before the common options, which read the algorithm's limits.
+    def _use_storage(self, storage: LogStorage) -> None:
+        """Take the `storage` option: called by a constructor before the common options,
+        which read the storage's limits."""
         object.__setattr__(self, "algorithm", algorithms.log_storage(storage))
-        super().__init__(*args, **kwargs)
-        self._options["storage"] = storage
+        self._storage_option = storage
+
+    def _more_options(self) -> None:
+        self._options["storage"] = self._storage_option
+        super()._more_options()
 
     @property
-    def storage(self) -> str:
-        return next(k for k, a in algorithms.LOG_STORAGES.items() if a is self.algorithm)
+    def storage(self) -> LogStorage:
+        return self._storage_option
 
 
 class GcraPolicy(Policy):
     """GCRA's extra option: how much cost may arrive at once (default: the limit)."""
 
-    def __init__(self, *args: Any, burst: int | None = None, **kwargs: Any) -> None:
+    def _use_burst(self, burst: int | None) -> None:
+        """Take the `burst` option: called by a constructor before the common options
+        (checked once the limit is known)."""
         self._burst_option = burst
-        super().__init__(*args, **kwargs)
 
     def _more_options(self) -> None:
         burst = self._burst_option
@@ -265,7 +311,7 @@ class GcraPolicy(Policy):
         return max(self.limit, self.burst)
 
     def validate_cost(self, cost: Any) -> int:
-        cost = super().validate_cost(cost)
-        if cost > self.burst:
-            raise ValueError(f"cost must be <= burst ({self.burst}), got {cost}")
-        return cost
+        valid = super().validate_cost(cost)
+        if valid > self.burst:
+            raise ValueError(f"cost must be <= burst ({self.burst}), got {valid}")
+        return valid

@@ -19,10 +19,13 @@ from typing import Any, Self
 import redis.exceptions
 
 from . import algorithms, cluster_client, lanes, plan
+from . import clock as clocks
 from ._core import UNAVAILABLE, LimiterBase
-from .backends import bounded_client, connect_sync
+from .algorithms import DEFAULT_LOG_STORAGE, LogStorage
+from .backends import SyncClient, bounded_client, connect_sync
 from .decision import Decision
-from .policy import GcraPolicy, LogPolicy
+from .policy import GcraPolicy, LogPolicy, OnError
+from .rates import Rate
 
 RETRY_WITHIN = 0.1  # share of the timeout within which a failed attempt is retried
 
@@ -40,8 +43,34 @@ class SyncLimiter(LimiterBase):
     """Shared `check` for the synchronous limiters. A limiter is a context manager:
     leaving it calls `close()`."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    _asyncio = False
+
+    def __init__(
+        self,
+        redis: SyncClient,
+        window_seconds: int | str | Rate | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        near_cache: bool | int = False,
+        wait_replicas: int = 0,
+    ) -> None:
+        super().__init__(
+            redis, window_seconds, limit, prefix, window_ms=window_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys, plain_keys=plain_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
+            wait_replicas=wait_replicas,
+        )  # fmt: skip
         # A blocking call cannot be cut short, and a retry gets a full socket timeout
         # of its own, so only a connection that failed at once (closed by a restart)
         # is retried: that keeps a whole check within about 1.1 x timeout.
@@ -119,7 +148,8 @@ class SyncLimiter(LimiterBase):
 
     def _through_client(self, key: Any, commands: plan.Commands) -> list[Any]:
         if self._pipelines(commands):
-            return self._pipeline_of(commands).execute(raise_on_error=False)
+            replies: list[Any] = self._pipeline_of(commands).execute(raise_on_error=False)
+            return replies
         return [self._in_place(command) for command in commands]
 
     def _in_place(self, command: tuple[Any, ...]) -> Any:
@@ -132,6 +162,35 @@ class SyncLimiter(LimiterBase):
 class SlidingWindowLimiter(LogPolicy, SyncLimiter):
     """Sliding-window log: exact. `storage="compact"` (the default) keeps about 6 bytes per
     admitted unit of cost; `storage="sorted-set"` one sorted-set member per unit."""
+
+    def __init__(
+        self,
+        redis: SyncClient,
+        window_seconds: int | str | Rate | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        storage: LogStorage = DEFAULT_LOG_STORAGE,
+        near_cache: bool | int = False,
+        wait_replicas: int = 0,
+    ) -> None:
+        self._use_storage(storage)
+        super().__init__(
+            redis, window_seconds, limit, prefix, window_ms=window_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys, plain_keys=plain_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
+            wait_replicas=wait_replicas,
+        )  # fmt: skip
 
 
 class FixedWindowLimiter(SyncLimiter):
@@ -150,3 +209,32 @@ class TokenBucketLimiter(GcraPolicy, SyncLimiter):
     """Token bucket as GCRA: `limit` per window sustained, `burst` at once (default limit)."""
 
     algorithm = algorithms.GCRA
+
+    def __init__(
+        self,
+        redis: SyncClient,
+        window_seconds: int | str | Rate | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        burst: int | None = None,
+        near_cache: bool | int = False,
+        wait_replicas: int = 0,
+    ) -> None:
+        self._use_burst(burst)
+        super().__init__(
+            redis, window_seconds, limit, prefix, window_ms=window_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys, plain_keys=plain_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
+            wait_replicas=wait_replicas,
+        )  # fmt: skip

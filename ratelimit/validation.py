@@ -13,14 +13,14 @@ MAX_PREFIX_LENGTH = 100
 _GLOB_OR_CONTROL = re.compile(r"[*?\[\]\\\x00-\x1f\x7f]")
 
 
-def _integer(name: str, value: Any) -> int:
+def _integer(name: str, value: object) -> int:
     """`value` as an int: any integer type (numpy's too), never a bool, float or str."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
     return int(value)
 
 
-def positive_int(name: str, value: Any, maximum: int) -> int:
+def positive_int(name: str, value: object, maximum: int) -> int:
     """Return `value` as an int if it is an integer in [1, maximum], else raise ValueError."""
     value = _integer(name, value)
     if value < 1:
@@ -30,7 +30,7 @@ def positive_int(name: str, value: Any, maximum: int) -> int:
     return value
 
 
-def non_negative_int(name: str, value: Any, maximum: int) -> int:
+def non_negative_int(name: str, value: object, maximum: int) -> int:
     """Return `value` as an int if it is an integer in [0, maximum], else raise ValueError."""
     value = _integer(name, value)
     if value == 0:
@@ -49,13 +49,13 @@ def window_ms(window_seconds: Any, window_ms: Any) -> int:
     return positive_int("window_seconds", window_seconds, MAX_WINDOW_MS // 1000) * 1000
 
 
-def limit(value: Any, maximum: int = MAX_LIMIT) -> int:
+def limit(value: object, maximum: int = MAX_LIMIT) -> int:
     if value is None:
         raise ValueError("limit is required")
     return positive_int("limit", value, maximum)
 
 
-def cost(value: Any, limit: int) -> int:
+def cost(value: object, limit: int) -> int:
     """A request's cost: an integer from 1 to the limit (a larger one could never pass)."""
     value = positive_int("cost", value, MAX_LIMIT)
     if value > limit:
@@ -63,7 +63,7 @@ def cost(value: Any, limit: int) -> int:
     return value
 
 
-def prefix(value: Any) -> str:
+def prefix(value: object) -> str:
     """Key prefix: short text without braces (they would steer Redis Cluster slots),
     glob characters or control characters."""
     if not isinstance(value, str) or not value:
@@ -82,13 +82,13 @@ def prefix(value: Any) -> str:
     return value
 
 
-def on_error(value: Any) -> str:
+def on_error(value: object) -> str:
     if value not in ("raise", "allow", "deny"):
         raise ValueError(f'on_error must be "raise", "allow" or "deny", got {value!r}')
     return value
 
 
-def timeout(value: Any) -> float:
+def timeout(value: object) -> float:
     """Seconds a check may wait for Redis: a finite positive number."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"timeout must be a number of seconds, got {value!r}")
@@ -101,7 +101,7 @@ def timeout(value: Any) -> float:
 # these checks give them the same clear messages as the limiter's own.
 
 
-def number(name: str, value: Any) -> float:
+def number(name: str, value: object) -> float:
     """A finite real number, as a float."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
@@ -111,7 +111,7 @@ def number(name: str, value: Any) -> float:
     return value
 
 
-def positive(name: str, value: Any) -> float:
+def positive(name: str, value: object) -> float:
     """A finite number > 0 (rates in requests/s, durations in s)."""
     value = number(name, value)
     if value <= 0:
@@ -119,7 +119,7 @@ def positive(name: str, value: Any) -> float:
     return value
 
 
-def non_negative(name: str, value: Any) -> float:
+def non_negative(name: str, value: object) -> float:
     """A finite number >= 0."""
     value = number(name, value)
     if value < 0:
@@ -127,7 +127,7 @@ def non_negative(name: str, value: Any) -> float:
     return value
 
 
-def count(name: str, value: Any, minimum: int = 1) -> int:
+def count(name: str, value: object, minimum: int = 1) -> int:
     """An integer (numpy integers too) >= minimum."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")

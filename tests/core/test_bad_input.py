@@ -132,7 +132,8 @@ BAD_OPTIONS = [
     ("limit-above-max", opt(limit=validation.MAX_LIMIT + 1), "limit must be <="),
     # window_seconds
     ("no-window", opt(window_seconds=None), "exactly one of window_seconds and window_ms"),
-    ("window-str", opt(window_seconds="1"), "window_seconds must be an integer"),
+    # A string is a rate ("10/s"), which carries its own limit.
+    ("window-str", opt(window_seconds="1"), "window_seconds must be an integer, got '1'"),
     ("window-float", opt(window_seconds=0.5), "window_seconds must be an integer"),
     ("window-whole-float", opt(window_seconds=1.0), "window_seconds must be an integer"),
     ("window-True", opt(window_seconds=True), "window_seconds must be an integer"),

@@ -18,8 +18,8 @@ SEED_KEY = "rl:geofence:key:demo"
 WITHIN = {"lng": 13.4, "lat": 52.5, "radius": 500}
 # The seed reads the key right after its requests: within one window (1 s) of the last
 # admit, or the key has expired. A round slower than that on a busy machine says
-# nothing about the keys and is run again, twice at most.
-ROUNDS = 3
+# nothing about the keys and is run again, up to ROUNDS in all.
+ROUNDS = 10
 
 
 def redis_cli(*args: str) -> str:
@@ -43,13 +43,12 @@ def default_redis(real_redis_url: str) -> redis.Redis:
 
 def test_the_seeds_verification_as_the_seed_types_it(default_redis):
     server = DemoServer(redis_url="redis://127.0.0.1:6379/0")
-    slow_rounds = 0
     try:
         server.start()
         with httpx.Client(base_url=server.url, timeout=5) as c:
             c.get("/within", params=WITHIN, headers={"x-api-key": "warm-up"})
             for _ in range(ROUNDS):
-                redis_cli("DEL", SEED_KEY)
+                default_redis.delete(SEED_KEY)
                 start = time.monotonic()
                 statuses = [
                     c.get("/within", params=WITHIN, headers={"x-api-key": "demo"}).status_code
@@ -58,7 +57,6 @@ def test_the_seeds_verification_as_the_seed_types_it(default_redis):
                 zcard, pttl = redis_cli("ZCARD", SEED_KEY), redis_cli("PTTL", SEED_KEY)
                 if time.monotonic() - start < 1.0:
                     break
-                slow_rounds += 1
             else:
                 pytest.fail(f"{ROUNDS} rounds each took over a second: the machine is too busy")
     finally:

@@ -7,7 +7,8 @@ from typing import Any
 from ratelimit import clock as clocks
 from ratelimit import keys
 from ratelimit.decision import Decision
-from ratelimit.policy import Policy
+from ratelimit.policy import OnError, Policy
+from ratelimit.rates import Rate
 
 # One group's decisions: allowed, remaining, retry_after_ms, reset_after_ms per request.
 Outcome = tuple[list[bool], list[int], list[int], list[int]]
@@ -27,8 +28,28 @@ class ReferenceLimiter(Policy):
 
     default_clock_tolerance_ms = None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        window_seconds: int | str | Rate | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+    ) -> None:
+        super().__init__(
+            window_seconds, limit, prefix, window_ms=window_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys, plain_keys=plain_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms,
+        )  # fmt: skip
         self.state: dict[bytes, Any] = {}
 
     def now_ms(self) -> int:

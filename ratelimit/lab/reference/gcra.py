@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 
 from ratelimit import algorithms
-from ratelimit.policy import GcraPolicy
+from ratelimit import clock as clocks
+from ratelimit.policy import GcraPolicy, OnError
+from ratelimit.rates import Rate
 
 from .base import Outcome, ReferenceLimiter
 
@@ -18,6 +20,31 @@ class TokenBucketLimiter(GcraPolicy, ReferenceLimiter):
     """`limit` per window sustained, `burst` at once; state is one float per identity."""
 
     algorithm = algorithms.GCRA
+
+    def __init__(
+        self,
+        window_seconds: int | str | Rate | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        burst: int | None = None,
+    ) -> None:
+        self._use_burst(burst)
+        super().__init__(
+            window_seconds, limit, prefix, window_ms=window_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys, plain_keys=plain_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms,
+        )  # fmt: skip
 
     def run(self, identity: bytes, times_ms: list[int], costs: list[int]) -> Outcome:
         interval = self.window_ms / self.limit

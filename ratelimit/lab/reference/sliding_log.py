@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from ratelimit.policy import LogPolicy
+from ratelimit import clock as clocks
+from ratelimit.algorithms import DEFAULT_LOG_STORAGE, LogStorage
+from ratelimit.policy import LogPolicy, OnError
+from ratelimit.rates import Rate
 
 from .base import Outcome, ReferenceLimiter
 
@@ -15,6 +18,32 @@ class SlidingWindowLimiter(LogPolicy, ReferenceLimiter):
     more than `clock_tolerance_ms` ahead of the request have moved back to that bound
     (the script bounds them by Redis's clock on the default clock). `storage` is
     accepted for parity with the Redis limiters; both storages decide like this."""
+
+    def __init__(
+        self,
+        window_seconds: int | str | Rate | None = None,
+        limit: int | None = None,
+        prefix: str = "rl",
+        *,
+        window_ms: int | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        storage: LogStorage = DEFAULT_LOG_STORAGE,
+    ) -> None:
+        self._use_storage(storage)
+        super().__init__(
+            window_seconds, limit, prefix, window_ms=window_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys, plain_keys=plain_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms,
+        )  # fmt: skip
+
 
     def run(self, identity: bytes, times_ms: list[int], costs: list[int]) -> Outcome:
         window, limit = self.window_ms, self.limit
