@@ -362,7 +362,9 @@ class LeaseCore(LimiterBase):
         **kwargs: Any,
     ) -> None:
         if lease_ms is None:
-            lease_ms = lease_seconds_to_ms(DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds)
+            lease_ms = lease_seconds_to_ms(
+                DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds
+            )
         elif lease_seconds is not None:
             raise ValueError("give lease_seconds or lease_ms, not both")
         if kwargs.get("near_cache"):

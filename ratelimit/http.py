@@ -88,8 +88,8 @@ options). No lease free: 429 with `Retry-After` (and `Retry-After-Ms`), the time
 the earliest lease expires, an upper bound: a slot usually frees sooner, when a request
 in flight ends. Redis down: the limiter's `on_error`, mapped as above (allow: through,
 marked fail-open; deny or raise: 503). A release that fails is logged, never raised
-(the lease expires after `lease_seconds`). Put it after a route's `RateLimit`, so that
-a request over its rate is refused before it takes a lease.
+(the lease expires after `lease_seconds`). `after=` a route's `RateLimit` solves that
+first, so that a request over its rate, or with bad parameters, never takes a lease.
 
 Endpoints that return their own `Response` object (FastAPI then drops the headers
 a dependency set) take the dependency's value, a `RateLimitInfo`, and pass
@@ -98,11 +98,11 @@ a dependency set) take the dependency's value, a `RateLimitInfo`, and pass
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import math
 import re
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -602,6 +602,11 @@ class ConcurrencyLimit:
     `Depends(instance)`. `scope`, `trusted_proxies`, `api_key_header`,
     `max_api_key_bytes`, `ipv6_prefix` and `retry_after_ms_header` mean what they mean
     for `RateLimit`; a route's two dependencies may share a scope (their keys differ).
+
+    `after`: a dependency (the route's `RateLimit`, say) that FastAPI solves first. A
+    request it refuses (429, or a 422 from the parameters its cost validates) then
+    never takes a lease; FastAPI calls it once per request even when the route names
+    it too.
     """
 
     def __init__(
@@ -614,12 +619,15 @@ class ConcurrencyLimit:
         max_api_key_bytes: int = MAX_API_KEY_BYTES,
         ipv6_prefix: int = 64,
         retry_after_ms_header: bool = True,
+        after: Any = None,
     ) -> None:
         if not isinstance(scope, str) or not _SCOPE.fullmatch(scope):
             raise ValueError(
                 "scope must be 1 to 64 characters of letters, digits, '.', '_' or '-' "
                 f"(it names the policy in problems), got {scope!r}"
             )
+        if after is not None and not callable(after):
+            raise ValueError(f"after must be a dependency (a callable), got {after!r}")
         if not all(callable(getattr(limiter, name, None)) for name in ("acquire", "release")):
             raise ValueError(
                 f"limiter must have acquire(identity) and release(identity, lease), got {limiter!r}"
@@ -635,15 +643,17 @@ class ConcurrencyLimit:
         self.retry_after_ms_header = bool(retry_after_ms_header)
         self._is_async = inspect.iscoroutinefunction(limiter.acquire)
         self._asks = {kind: route_identity_prefix(scope, kind) for kind in ("key", "address")}
-        self.__signature__ = inspect.Signature(
-            [
+        parameters = [
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation)
+            for name, annotation in (("request", Request), ("response", Response))
+        ]
+        if after is not None:  # solved before this one, which needs it to succeed
+            parameters.append(
                 inspect.Parameter(
-                    name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation
+                    "after", inspect.Parameter.KEYWORD_ONLY, default=DependsParam(after)
                 )
-                for name, annotation in (("request", Request), ("response", Response))
-            ],
-            return_annotation=LeaseInfo,
-        )
+            )
+        self.__signature__ = inspect.Signature(parameters, return_annotation=LeaseInfo)
 
     def __repr__(self) -> str:
         return f"ConcurrencyLimit(scope={self.scope!r}, {self.limiter!r})"
@@ -655,7 +665,9 @@ class ConcurrencyLimit:
         kind, value = ("key", api_key) if api_key is not None else ("address", address)
         return self.limiter.key_for(route_identity(self.scope, kind, value))  # type: ignore[arg-type]
 
-    async def __call__(self, request: Request, response: Response) -> AsyncIterator[LeaseInfo]:
+    async def __call__(
+        self, request: Request, response: Response, after: Any = None
+    ) -> AsyncIterator[LeaseInfo]:
         scope = request.scope
         client = scope.get("client")
         try:

@@ -172,7 +172,7 @@ async def test_holders_in_flight_never_exceed_the_limit(client, prefix):
         in_flight = peak = decided = 0
         everyone_decided = asyncio.Event()
 
-        async def worker() -> None:
+        async def worker(everyone_decided: asyncio.Event = everyone_decided) -> None:
             nonlocal in_flight, peak, decided
             async with limiter.hold("busy") as decision:
                 decided += 1
@@ -214,7 +214,7 @@ async def test_hold_releases_on_exit_exception_and_cancellation(client, prefix):
 
     with pytest.raises(ZeroDivisionError):
         async with limiter.hold("who"):
-            1 / 0
+            raise ZeroDivisionError("the body failed")
     assert await client.zcard(key) == 0
 
     inside = asyncio.Event()

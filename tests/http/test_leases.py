@@ -231,3 +231,32 @@ async def test_bad_identities_and_limiters_are_refused(limiter):
         concurrency_limit(limiter, scope="has spaces")
     with pytest.raises(ValueError, match="acquire"):
         concurrency_limit(ratelimit.SlidingWindowLimiter(ratelimit.connect(), 1, 10))
+
+
+async def test_the_demo_geofence_holds_four_leases_per_key_beside_its_rate(client, prefix):
+    """Four look-ups of one key in flight (their leases taken here by hand, as four slow
+    requests would hold them): the fifth is refused with the lease's problem, and once
+    one ends the route answers again; a request the rate limit refuses takes none."""
+    from ratelimit.demo import create_app
+
+    app = create_app(client, prefix=prefix, clock=ratelimit.clock.ManualClock(1000.0))
+    in_flight = app.state.in_flight
+    assert in_flight.limiter.limit == 4
+    who = "geofence:key:the-key"  # the route's identity for the key (ratelimit.identity)
+    assert in_flight.key_for("the-key") == in_flight.limiter.key_for(who)
+    held = [await in_flight.limiter.acquire(who) for _ in range(4)]
+    assert all(d.allowed for d in held)
+    params = {"lng": 13.405, "lat": 52.52, "radius": 500}
+    async with http(app) as web:
+        refused = await web.get("/within", params=params, headers=KEY)
+        assert (
+            refused.status_code == 429 and refused.json()["title"] == "Too Many Requests In Flight"
+        )
+        await in_flight.limiter.release(who, held[0].lease)
+        statuses = [
+            (await web.get("/within", params=params, headers=KEY)).status_code for _ in range(12)
+        ]
+    # The rate is checked first (`after=`): the refused request spent one of its 10
+    # units, so 9 more are admitted; the rate refuses the rest, which take no lease.
+    assert statuses == [200] * 9 + [429] * 3
+    assert await client.zcard(in_flight.key_for("the-key")) == 3  # the 3 still held
