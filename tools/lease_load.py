@@ -23,7 +23,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from typing import Annotated, Any
+from typing import Any
 
 import httpx
 import uvicorn
