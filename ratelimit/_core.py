@@ -400,6 +400,8 @@ class LeaseCore(LimiterBase):
             raise ValueError(f"lease must be the lease id an acquire gave, got {lease!r}")
         keys, args = self._prepare(identity, 1)
         args[1], args[2] = op, lease
+        if op == LEASE_RELEASE:
+            args[0] = 0  # a release needs no time: no TIME call under clock="redis"
         return keys, args
 
     def _decided(self, reply: Any, keys: list[str], args: list[Any], sent: float) -> Decision:

@@ -6,7 +6,8 @@
 -- what to do with the lease ARGV[3]:
 --   1  acquire: drop the expired leases, then add this one if fewer than `limit` remain
 --   2  renew: move its expiry to now + window, if it is still held
---   0  release: remove it (a lease that expired or was never held: ok = 0)
+--   0  release: remove it (a lease that expired or was never held: ok = 0); the client
+--      sends it with now = 0, since it needs no time (no TIME under Redis's clock)
 -- An acquire whose lease id is already held renews it: an acquire sent again after a
 -- dropped connection (ratelimit.plan) holds one lease, not two.
 -- Results: ok, left (leases still free), retry_ms (rejected acquire: until the earliest

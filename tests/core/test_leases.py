@@ -375,3 +375,27 @@ def test_bad_calls_name_the_parameter(prefix):
         limiter.renew("who", 7)
     with pytest.raises(ValueError, match="identity"):
         limiter.acquire("")
+
+
+@pytest.mark.private_redis
+@pytest.mark.parametrize("redis_clock", [False, True], ids=["app-clock", "redis-clock"])
+def test_commands_per_path_match_info_commandstats(private_redis, redis_clock):
+    """The registry's count of commands per acquire (admitted or not) is what Redis
+    counts; a release is one ZREM; Redis's clock adds one TIME to each acquire (a
+    release needs no time)."""
+    client = private_redis.client()
+    clock = "redis" if redis_clock else ManualClock(1_000.0)
+    limiter = ratelimit.sync.ConcurrencyLimiter(client, 2, 60, clock=clock)
+    limiter.acquire("warm-up")  # loads the script
+    client.config_resetstat()
+    counts = algorithms.LEASES.commands
+    decisions = [limiter.acquire("who") for _ in range(3)]
+    assert [d.allowed for d in decisions] == [True, True, False]
+    assert limiter.release("who", decisions[0].lease) is True
+    stats = client.info("commandstats")
+    ours = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_script", "cmdstat_config", "cmdstat_info")
+    inner = {k: v["calls"] for k, v in stats.items() if not k.startswith(ours)}
+    time_calls = 3 if redis_clock else 0
+    assert sum(inner.values()) == counts.opening + counts.admit + counts.reject + 1 + time_calls
+    assert inner["cmdstat_zrem"] == 1 and inner.get("cmdstat_time", 0) == time_calls
+    client.close()
