@@ -4,7 +4,9 @@ counter and token bucket (GCRA), each one Lua script under `ratelimit/lua/`.
 The classes here take a `redis.asyncio` client; `ratelimit.sync` has the same four
 for a synchronous `redis.Redis`. A limit is a rate string or a `Rate`
 (`SlidingWindowLimiter(redis, "10/s")`, see `parse_rate`) or a window and a limit
-(`SlidingWindowLimiter(redis, 1, 10)`). `connect()` gives a client for `REDIS_URL`, or an
+(`SlidingWindowLimiter(redis, 1, 10)`). `ConcurrencyLimiter` bounds requests in flight
+rather than a rate: each holds a lease until released (`ratelimit/lua/leases.lua`).
+`connect()` gives a client for `REDIS_URL`, or an
 embedded fakeredis when none is set. `ratelimit.http` puts a limiter on FastAPI routes.
 
 This package is the library a service imports; it needs neither numpy, pandas nor
@@ -17,6 +19,7 @@ from .decision import Decision
 from .doctor import Finding, Report, doctor
 from .errors import RateLimiterUnavailable
 from .limiters import (
+    ConcurrencyLimiter,
     FixedWindowLimiter,
     SlidingWindowCounterLimiter,
     SlidingWindowLimiter,
@@ -25,6 +28,7 @@ from .limiters import (
 from .rates import Rate, parse_rate, parse_rates
 
 __all__ = [
+    "ConcurrencyLimiter",
     "Decision",
     "Finding",
     "FixedWindowLimiter",

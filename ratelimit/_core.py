@@ -3,7 +3,9 @@ its reply and the failure policy. No I/O happens here."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Iterable
@@ -11,7 +13,7 @@ from typing import Any, ClassVar
 
 import redis.exceptions
 
-from . import acl, lanes, nearcache, plan, scripts
+from . import acl, algorithms, lanes, nearcache, plan, scripts, validation
 from . import clock as clocks
 from .backends import is_embedded, require_kind
 from .cluster_client import guarded, is_cluster
@@ -357,3 +359,122 @@ class LimiterBase(Policy):
         return Decision(
             False, self.limit, 0, DEGRADED_RETRY_AFTER_MS, DEGRADED_RETRY_AFTER_MS, degraded=True
         )
+
+
+# What a lease script call does with its lease (ARGV[2], see lua/leases.lua).
+LEASE_ACQUIRE, LEASE_RENEW, LEASE_RELEASE = 1, 2, 0
+DEFAULT_LEASE_SECONDS = 30
+
+
+def new_lease_id() -> str:
+    """A lease id: 96 random bits, so two holders never share one."""
+    return secrets.token_urlsafe(12)
+
+
+class LeaseCore(LimiterBase):
+    """What the asyncio and sync `ConcurrencyLimiter`s share: options, the script's
+    arguments, and the lease on a decision. A lease is a check of the lease script
+    (`ratelimit/lua/leases.lua`), so NOSCRIPT, the retry of a dropped connection, the
+    timeout, the auto-pipeline, the cluster and the failure policy are the limiters'."""
+
+    algorithm = algorithms.LEASES
+
+    def __init__(
+        self,
+        redis: Any,
+        limit: int = 4,
+        lease_seconds: float | None = None,
+        prefix: str = "rl",
+        *,
+        lease_ms: int | None = None,
+        clock: clocks.Clock = "redis",
+        **kwargs: Any,
+    ) -> None:
+        if lease_ms is None:
+            lease_ms = lease_seconds_to_ms(
+                DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds
+            )
+        elif lease_seconds is not None:
+            raise ValueError("give lease_seconds or lease_ms, not both")
+        if kwargs.get("near_cache"):
+            raise ValueError("near_cache does not apply to leases: a release frees a slot")
+        super().__init__(redis, None, limit, prefix, window_ms=lease_ms, clock=clock, **kwargs)
+        self._max_cost = 1
+
+    @property
+    def lease_ms(self) -> int:
+        """How long a lease lasts unless released or renewed."""
+        return int(self.window_ms)
+
+    def _rebuild(self, options: dict[str, Any]) -> Any:
+        options = dict(options)
+        options["lease_ms"] = options.pop("window_ms")
+        options["lease_seconds"] = None
+        return type(self)(self.redis, **options)
+
+    def validate_cost(self, cost: Any) -> int:
+        if cost != 1 or type(cost) is not int:
+            raise ValueError(f"cost must be 1 for a lease (one request in flight), got {cost!r}")
+        return 1
+
+    def script_args(self, now_arg: Any, cost: int) -> list[Any]:
+        # A fresh lease id per acquire; the same id if the plan sends the call again.
+        return [now_arg, LEASE_ACQUIRE, new_lease_id()]
+
+    def _lease_call(
+        self, identity: str | bytes, lease: Any, op: int
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV that release or renew `lease`."""
+        if not isinstance(lease, str) or not lease:
+            raise ValueError(f"lease must be the lease id an acquire gave, got {lease!r}")
+        keys, args = self._prepare(identity, 1)
+        args[1], args[2] = op, lease
+        if op == LEASE_RELEASE:
+            args[0] = 0  # a release needs no time: no TIME call under clock="redis"
+        return keys, args
+
+    def _decided(self, reply: Any, keys: list[str], args: list[Any], sent: float) -> Decision:
+        return with_lease(self._decision(reply, args[0]), args[2])
+
+    def _decisions(
+        self, replies: list[Any], batch: list[tuple[list[str], list[Any]]]
+    ) -> list[Decision]:
+        decisions = super()._decisions(replies, batch)
+        return [with_lease(d, args[2]) for d, (_, args) in zip(decisions, batch, strict=True)]
+
+    def _ended(self, reply: Any) -> bool:
+        """Whether a release or renew found its lease held."""
+        return self._decision(reply).allowed
+
+    def _unreleased(self, exc: BaseException, what: str | None = None) -> bool:
+        """A release or renew Redis could not answer: raise under on_error="raise",
+        else log it and say False (the lease expires by itself after `lease_ms`)."""
+        self._unavailable(exc, what)  # raises RateLimiterUnavailable under "raise"
+        return False
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(limit={self.limit}, lease_ms={self.window_ms}, "
+            f"prefix={self.prefix!r}, on_error={self.on_error!r})"
+        )
+
+
+def lease_seconds_to_ms(lease_seconds: Any) -> int:
+    """`lease_seconds` (a number > 0, to the millisecond) in ms; ValueError otherwise."""
+    if (
+        isinstance(lease_seconds, bool)
+        or not isinstance(lease_seconds, int | float)
+        or not 0.001 <= lease_seconds <= validation.MAX_WINDOW_MS // 1000
+    ):
+        raise ValueError(
+            f"lease_seconds must be a number of seconds from 0.001 to "
+            f"{validation.MAX_WINDOW_MS // 1000}, got {lease_seconds!r}"
+        )
+    return round(lease_seconds * 1000)
+
+
+def with_lease(decision: Decision, lease: str) -> Decision:
+    """An admitted, Redis-made decision with the lease it holds."""
+    if decision.allowed and not decision.degraded:
+        return dataclasses.replace(decision, lease=lease)
+    return decision

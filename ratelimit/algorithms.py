@@ -253,6 +253,12 @@ class Gcra(Algorithm):
         return math.ceil(due)
 
 
+@dataclass(frozen=True, slots=True)
+class Leases(Algorithm):
+    """Leases held, in a sorted set scored by expiry: the script names the members
+    (the client's lease ids), so no opener."""
+
+
 # The log stores one member per unit of cost; its script has 2^23 member slots, and a
 # million members already take about 100 MB for one key.
 SLIDING_LOG_MAX_LIMIT = 1_000_000
@@ -270,6 +276,9 @@ SLIDING_LOG_MAX_LIMIT = 1_000_000
 #   swc   admit:  SET NX GET, SET (with PX)      reject: SET NX GET
 #   gcra  admit:  SET NX GET, SET (with PX)      reject: SET NX GET
 #   On a key that holds nothing, the SET NX GET alone admits (fw, swc, gcra).
+#   lease acquire: ZREMRANGEBYSCORE, ZCARD, ZSCORE, ZADD, PEXPIRE
+#                 rejected: ZREMRANGEBYSCORE, ZCARD, ZSCORE, ZRANGE (first), ZRANGE (last)
+#         release: ZREM
 # The log's ZADD NX is repeated when its probe hits a taken member slot: rare (at most
 # 10**6 members in 2**23 slots), and not counted.
 # Tag, label, Lua script, limiter class; exactness; commands per check as (admit, per
@@ -301,6 +310,13 @@ COMPACT_LOG = CompactLog("logc", "sliding log (compact)", "compact_log", "Slidin
                          exact=True, commands=ScriptCommands(3, 0, 1, 3), near_cache="same cost",
                          max_limit=SLIDING_LOG_MAX_LIMIT, storage="compact",
                          state_per_unit=True, extra_options=("storage",))  # fmt: skip
+# Concurrency leases (lua/leases.lua): not a rate but how many requests are in flight.
+# Its "window" is a lease's lifetime and its "limit" how many leases may be held at
+# once; it is kept out of ALGORITHMS, which lists the rate limiters (the lab, its
+# reference models and every "each algorithm" test go by that list).
+LEASES = Leases("lease", "concurrency leases", "leases", "ConcurrencyLimiter",
+                exact=True, commands=ScriptCommands(5, 0, 5, 5), state_per_unit=True)  # fmt: skip
+
 # Where `SlidingWindowLimiter(..., storage=...)` keeps its log.
 LogStorage = Literal["compact", "sorted-set"]
 LOG_STORAGES: dict[str, Algorithm] = {"sorted-set": SLIDING_LOG, "compact": COMPACT_LOG}
@@ -317,7 +333,7 @@ def log_storage(storage: Any) -> Algorithm:
 def get(spec: Any) -> Algorithm:
     """An algorithm from its tag ("log", "fw", "swc", "gcra"), an `Algorithm`, or a
     limiter class or instance of any flavour; ValueError for anything else."""
-    known = (*ALGORITHMS, COMPACT_LOG)
+    known = (*ALGORITHMS, COMPACT_LOG, LEASES)
     if isinstance(spec, str):
         for a in known:
             if spec == a.name:

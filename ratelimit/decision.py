@@ -20,6 +20,8 @@ class Decision:
     decided at, on the limiter's clock (the app's, an injected one, or Redis's TIME;
     ms since the epoch for the real ones); None for degraded decisions. It is left
     out of equality, so two identical answers given at different times compare equal.
+    `lease` is the lease id an admitted `ConcurrencyLimiter.acquire` holds (to pass to
+    `release`); None for every other decision, and left out of equality too.
     """
 
     allowed: bool
@@ -29,6 +31,7 @@ class Decision:
     reset_after_ms: int
     degraded: bool = False
     decided_at_ms: int | None = field(default=None, compare=False)
+    lease: str | None = field(default=None, compare=False)
 
     @property
     def retry_after(self) -> int:

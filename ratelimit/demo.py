@@ -7,8 +7,10 @@ Routes, each with its own sliding-log budget per client (the `x-api-key` header,
 the address; see `ratelimit.http`):
 
 - `GET /within?lng=&lat=&radius=`: 10 units per second; a look-up costs 1 up to 500 m,
-  then by area (`ratelimit.costs.geofence_cost`, at most 10). Redis down: 503 (fail-closed,
-  since each look-up holds a database connection).
+  then by area (`ratelimit.costs.geofence_cost`, at most 10); and at most 4 look-ups
+  in flight per client at once (a lease each, `ratelimit.http.concurrency_limit`: a
+  rate does not bound how many slow look-ups pile up, each holding a pooled database
+  connection). Redis down: 503 (fail-closed, for the same reason).
 - `GET /tiles/{z}/{x}/{y}.png`: 100 per second, 1 each. Redis down: served anyway
   (fail-open, tiles are cheap), marked `X-RateLimit-Degraded: fail-open`.
 
@@ -51,8 +53,8 @@ from pydantic import BaseModel
 from . import clock as clocks
 from .backends import connect
 from .costs import GEOFENCE_MAX_COST, geofence_cost
-from .http import RateLimit, RateLimitInfo, install, rate_limit
-from .limiters import SlidingWindowLimiter
+from .http import LeaseInfo, RateLimit, RateLimitInfo, concurrency_limit, install, rate_limit
+from .limiters import ConcurrencyLimiter, SlidingWindowLimiter
 from .policy import OnError
 
 __all__ = ["create_app", "tile_png"]
@@ -198,6 +200,8 @@ def create_app(
     clock: clocks.Clock = clocks.DEFAULT,
     window_s: int = 1,
     within_limit: int = 10,
+    within_in_flight: int = 4,
+    lease_seconds: float = 30,
     tiles_limit: int = 100,
     within_on_error: OnError = "deny",
     tiles_on_error: OnError = "allow",
@@ -229,6 +233,11 @@ def create_app(
         )
         for limit, on_error in ((within_limit, within_on_error), (tiles_limit, tiles_on_error))
     )  # fmt: skip
+    # Look-ups in flight per client: a lease each, on the same policy as the rate (hashed
+    # keys under the same prefix: "rl:lease:...", apart from every route's plain key).
+    within_leases = ConcurrencyLimiter(
+        redis, within_in_flight, lease_seconds, prefix, on_error=within_on_error, timeout=timeout
+    )
     max_cost = min(GEOFENCE_MAX_COST, within_limit)
 
     async def within_cost(query: Annotated[WithinQuery, Depends(within_params)]) -> int:
@@ -250,6 +259,10 @@ def create_app(
             legacy_headers=legacy_headers,
         ),
     }
+    # After the rate limit: a request over its rate, or malformed, never takes a lease.
+    in_flight = concurrency_limit(
+        within_leases, scope="geofence", trusted_proxies=trusted_proxies, after=limits["geofence"]
+    )
     point_set = seeded_points(points, seed)
 
     @asynccontextmanager
@@ -284,6 +297,7 @@ def create_app(
 
     app.state.redis = redis
     app.state.limits = limits
+    app.state.in_flight = in_flight
     app.state.points = point_set
 
     within_limit_dep: RateLimit = limits["geofence"]
@@ -293,7 +307,10 @@ def create_app(
     async def index() -> dict[str, Any]:
         return {
             "routes": {
-                "/within?lng=&lat=&radius=": {"policy": within_limit_dep.policy},
+                "/within?lng=&lat=&radius=": {
+                    "policy": within_limit_dep.policy,
+                    "in_flight": within_in_flight,
+                },
                 "/tiles/{z}/{x}/{y}.png": {"policy": tiles_limit_dep.policy},
             },
             "docs": "/docs",
@@ -312,6 +329,7 @@ def create_app(
     async def within(
         query: Annotated[WithinQuery, Depends(within_params)],
         limit: Annotated[RateLimitInfo, Depends(within_limit_dep)],
+        lease: Annotated[LeaseInfo, Depends(in_flight)],
     ) -> WithinResult:
         found = []
         for i, (lng, lat) in enumerate(point_set):

@@ -79,6 +79,18 @@ carries the limiter's own wait in milliseconds (`Decision.retry_after_ms`), the
 convention many API clients read before `Retry-After`. It is not in any RFC: clients
 that do not know it ignore it, and `retry_after_ms_header=False` leaves it out.
 
+**Requests in flight.** `concurrency_limit(ConcurrencyLimiter(...), scope=...)` is a
+dependency that holds a lease (`ratelimit.ConcurrencyLimiter`) for the whole request:
+acquired before the endpoint runs, released once the response has been sent (FastAPI
+runs a `yield` dependency's exit after the response), also when the endpoint raises
+or the client goes away. Identities are the same as `RateLimit`'s (and the same
+options). No lease free: 429 with `Retry-After` (and `Retry-After-Ms`), the time until
+the earliest lease expires, an upper bound: a slot usually frees sooner, when a request
+in flight ends. Redis down: the limiter's `on_error`, mapped as above (allow: through,
+marked fail-open; deny or raise: 503). A release that fails is logged, never raised
+(the lease expires after `lease_seconds`). `after=` a route's `RateLimit` solves that
+first, so that a request over its rate, or with bad parameters, never takes a lease.
+
 Endpoints that return their own `Response` object (FastAPI then drops the headers
 a dependency set) take the dependency's value, a `RateLimitInfo`, and pass
 `headers=info.headers`.
@@ -86,11 +98,12 @@ a dependency set) take the dependency's value, a `RateLimitInfo`, and pass
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -121,10 +134,13 @@ __all__ = [
     "QUOTA_EXCEEDED",
     "RETRY_AFTER_MS_HEADER",
     "ClientIdentity",
+    "ConcurrencyLimit",
+    "LeaseInfo",
     "Problem",
     "RateLimit",
     "RateLimitInfo",
     "decision_for",
+    "concurrency_limit",
     "install",
     "problem_response",
     "rate_limit",
@@ -517,27 +533,10 @@ class RateLimit:
 
     def _failed(self, request: Request, exc: Exception) -> Decision:
         """The decision when the check raised, under the limiter's policy, and logged."""
-        if isinstance(exc, RateLimiterUnavailable):  # on_error="raise"
-            reason = f": {exc}"
-        else:  # anything else is treated like an unavailable Redis
-            reason = f": rate limit check failed: {type(exc).__name__}: {exc}"
-        decision = decision_for(exc, self.limiter)
-        self._warn(request, decision, reason)
-        return decision
+        return _failed(request, self.scope, self.limiter, exc)
 
     def _warn(self, request: Request, decision: Decision, reason: str) -> None:
-        if decision.allowed:
-            outcome = "let through unchecked (fail-open)"
-        else:
-            outcome = "answered 503 (fail-closed)"
-        log.warning(
-            "rate limiter unavailable: %s %s %s, scope %s%s",
-            request.method,
-            request.url.path,
-            outcome,
-            self.scope,
-            reason,
-        )
+        _warn_degraded(request, self.scope, decision, reason)
 
     def _too_many(self, decision: Decision, cost: int, headers: dict[str, str]) -> Problem:
         retry = decision.retry_after
@@ -568,6 +567,194 @@ class RateLimit:
         return Problem(status, title, detail)
 
 
+def _failed(request: Request, scope: str, limiter: Any, exc: Exception) -> Decision:
+    """The decision when a limiter raised, under its failure policy, and logged."""
+    if isinstance(exc, RateLimiterUnavailable):  # on_error="raise"
+        reason = f": {exc}"
+    else:  # anything else is treated like an unavailable Redis
+        reason = f": rate limit check failed: {type(exc).__name__}: {exc}"
+    decision = decision_for(exc, limiter)
+    _warn_degraded(request, scope, decision, reason)
+    return decision
+
+
+def _warn_degraded(request: Request, scope: str, decision: Decision, reason: str) -> None:
+    if decision.allowed:
+        outcome = "let through unchecked (fail-open)"
+    else:
+        outcome = "answered 503 (fail-closed)"
+    log.warning(
+        "rate limiter unavailable: %s %s %s, scope %s%s",
+        request.method,
+        request.url.path,
+        outcome,
+        scope,
+        reason,
+    )
+
+
 rate_limit = RateLimit
 """`rate_limit(limiter, scope=..., cost=..., ...)`: the dependency for a route (see
 `RateLimit` for the options); the name reads well in `Depends(rate_limit(...))`."""
+
+
+# --- requests in flight -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """What `ConcurrencyLimit` hands the endpoint: the lease its request holds."""
+
+    scope: str
+    identity: ClientIdentity
+    decision: Decision
+
+    @property
+    def lease(self) -> str | None:
+        """The lease id (None for a fail-open admission, which holds none)."""
+        return self.decision.lease
+
+
+class ConcurrencyLimit:
+    """A FastAPI dependency that holds a lease of `limiter` (a `ConcurrencyLimiter`,
+    asyncio or sync) while a request is in flight (see the module doc). Build it once
+    per app, as `concurrency_limit(limiter, scope=...)`, and use it as
+    `Depends(instance)`. `scope`, `trusted_proxies`, `api_key_header`,
+    `max_api_key_bytes`, `ipv6_prefix` and `retry_after_ms_header` mean what they mean
+    for `RateLimit`; a route's two dependencies may share a scope (their keys differ).
+
+    `after`: a dependency (the route's `RateLimit`, say) that FastAPI solves first. A
+    request it refuses (429, or a 422 from the parameters its cost validates) then
+    never takes a lease; FastAPI calls it once per request even when the route names
+    it too.
+    """
+
+    def __init__(
+        self,
+        limiter: Any,
+        *,
+        scope: str = "default",
+        trusted_proxies: Iterable[str] = (),
+        api_key_header: str | None = API_KEY_HEADER,
+        max_api_key_bytes: int = MAX_API_KEY_BYTES,
+        ipv6_prefix: int = 64,
+        retry_after_ms_header: bool = True,
+        after: Any = None,
+    ) -> None:
+        if not isinstance(scope, str) or not _SCOPE.fullmatch(scope):
+            raise ValueError(
+                "scope must be 1 to 64 characters of letters, digits, '.', '_' or '-' "
+                f"(it names the policy in problems), got {scope!r}"
+            )
+        if after is not None and not callable(after):
+            raise ValueError(f"after must be a dependency (a callable), got {after!r}")
+        if not all(callable(getattr(limiter, name, None)) for name in ("acquire", "release")):
+            raise ValueError(
+                f"limiter must have acquire(identity) and release(identity, lease), got {limiter!r}"
+            )
+        self.identities = RequestIdentity(
+            api_key_header=api_key_header,
+            max_api_key_bytes=max_api_key_bytes,
+            trusted_proxies=trusted_proxies,
+            ipv6_prefix=ipv6_prefix,
+        )
+        self.limiter = limiter
+        self.scope = scope
+        self.retry_after_ms_header = bool(retry_after_ms_header)
+        self._is_async = inspect.iscoroutinefunction(limiter.acquire)
+        self._asks = {kind: route_identity_prefix(scope, kind) for kind in ("key", "address")}
+        parameters = [
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation)
+            for name, annotation in (("request", Request), ("response", Response))
+        ]
+        if after is not None:  # solved before this one, which needs it to succeed
+            parameters.append(
+                inspect.Parameter(
+                    "after", inspect.Parameter.KEYWORD_ONLY, default=DependsParam(after)
+                )
+            )
+        self.__signature__ = inspect.Signature(parameters, return_annotation=LeaseInfo)
+
+    def __repr__(self) -> str:
+        return f"ConcurrencyLimit(scope={self.scope!r}, {self.limiter!r})"
+
+    def key_for(self, api_key: str | None = None, *, address: str | None = None) -> str:
+        """The Redis key holding the leases of `api_key` (or of `address`) in this scope."""
+        if (api_key is None) == (address is None):
+            raise ValueError("give exactly one of api_key and address")
+        kind, value = ("key", api_key) if api_key is not None else ("address", address)
+        key: str = self.limiter.key_for(route_identity(self.scope, kind, value))  # type: ignore[arg-type]
+        return key
+
+    async def __call__(
+        self, request: Request, response: Response, after: Any = None
+    ) -> AsyncIterator[LeaseInfo]:
+        scope = request.scope
+        client = scope.get("client")
+        try:
+            identity = self.identities.of(scope.get("headers", ()), client[0] if client else None)
+        except BadIdentity as exc:
+            raise Problem(exc.status, exc.title, exc.detail) from None
+        who = self._asks[identity.kind] + identity.value
+        try:
+            if self._is_async:
+                decision = await self.limiter.acquire(who)
+            else:
+                decision = await run_in_threadpool(self.limiter.acquire, who)
+        except Exception as exc:  # never a 500 because the limiter failed
+            decision = _failed(request, self.scope, self.limiter, exc)
+        else:
+            if decision.degraded:
+                _warn_degraded(request, self.scope, decision, "")
+        if not decision.allowed:
+            raise self._refused(decision)
+        if decision.degraded:
+            response.headers[DEGRADED_HEADER] = "fail-open"
+        info = LeaseInfo(self.scope, identity, decision)
+        scope.setdefault("state", {})["lease"] = info
+        try:
+            yield info
+        finally:
+            if decision.lease is not None:
+                # Shielded: a cancelled request still gives its lease back in full.
+                await asyncio.shield(self._release(who, decision.lease))
+
+    async def _release(self, who: str, lease: str) -> None:
+        try:
+            if self._is_async:
+                await self.limiter.release(who, lease)
+            else:
+                await run_in_threadpool(self.limiter.release, who, lease)
+        except Exception as exc:  # the lease expires by itself; the response is sent
+            log.warning("lease not released (it expires by itself), scope %s: %s", self.scope, exc)
+
+    def _refused(self, decision: Decision) -> Problem:
+        retry = decision.retry_after
+        headers = {"Retry-After": str(retry)}
+        if decision.degraded:  # the failure policy's 1 s
+            headers[DEGRADED_HEADER] = "fail-closed"
+            return Problem(
+                503,
+                "Service Unavailable",
+                "The concurrency limiter could not be consulted, so the request was not "
+                f"served. Retry after {retry} s.",
+                headers=headers,
+                extra={"retry-after": retry},
+            )
+        if self.retry_after_ms_header:
+            headers[RETRY_AFTER_MS_HEADER] = str(max(1, decision.retry_after_ms))
+        return Problem(
+            429,
+            "Too Many Requests In Flight",
+            f'Policy "{self.scope}" allows {self.limiter.limit} requests in flight at once, '
+            f"and {self.limiter.limit} are. Retry after {retry} s at the latest (when the "
+            "oldest lease expires; a slot usually frees sooner, as a request ends).",
+            type=QUOTA_EXCEEDED,
+            headers=headers,
+            extra={"retry-after": retry, "violated-policies": [self.scope]},
+        )
+
+
+concurrency_limit = ConcurrencyLimit
+"""`concurrency_limit(limiter, scope=...)`: the dependency that holds a lease while a
+request is in flight (see `ConcurrencyLimit`)."""

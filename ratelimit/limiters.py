@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from functools import partial
 from types import TracebackType
 from typing import Any, Self
@@ -35,7 +36,7 @@ import redis.exceptions
 
 from . import algorithms, autopipeline, cluster_client, lanes, plan
 from . import clock as clocks
-from ._core import UNAVAILABLE, LimiterBase
+from ._core import LEASE_RELEASE, LEASE_RENEW, UNAVAILABLE, LeaseCore, LimiterBase, log
 from .algorithms import DEFAULT_LOG_STORAGE, LogStorage
 from .backends import AsyncClient
 from .decision import Decision
@@ -292,3 +293,99 @@ class TokenBucketLimiter(GcraPolicy, AsyncLimiter):
             wait_replicas=wait_replicas,
             auto_pipeline=auto_pipeline,
         )  # fmt: skip
+
+
+class ConcurrencyLimiter(LeaseCore, AsyncLimiter):
+    """At most `limit` requests of an identity in flight at once: each holds a lease
+    until it is released, or for `lease_seconds` (default 30) if its holder dies.
+
+        limiter = ConcurrencyLimiter(redis, limit=4, lease_seconds=30)
+        async with limiter.hold("api-key-123") as decision:
+            if not decision.allowed: ... decision.retry_after ...
+
+    Leases live in one sorted set per identity scored by their expiry, read on Redis's
+    clock (`clock="redis"`, the default, so hosts with skewed clocks agree on when a
+    lease has expired; an injected clock is for tests and simulations). Takes the
+    limiters' options (`prefix`, `on_error`, `timeout`, `key_secret`, ...; `lease_ms`
+    in place of `lease_seconds`), except `near_cache`.
+    """
+
+    def __init__(
+        self,
+        redis: AsyncClient,
+        limit: int = 4,
+        lease_seconds: float | None = None,
+        prefix: str = "rl",
+        *,
+        lease_ms: int | None = None,
+        clock: clocks.Clock = "redis",
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        wait_replicas: int = 0,
+        auto_pipeline: bool = True,
+    ) -> None:
+        super().__init__(
+            redis, limit, lease_seconds, prefix, lease_ms=lease_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms, wait_replicas=wait_replicas,
+            auto_pipeline=auto_pipeline,
+        )  # fmt: skip
+
+    async def acquire(self, identity: str | bytes) -> Decision:
+        """Take a lease for `identity`. Admitted: `decision.lease` is its id, for
+        `release`. Rejected (`limit` held): no lease, and `retry_after_ms` is the time
+        until the earliest lease expires, the longest the wait can be if nobody releases.
+        Redis unavailable: the failure policy, as for `check` (a degraded admit holds no
+        lease)."""
+        return await self.check(identity)
+
+    async def release(self, identity: str | bytes, lease: str | None) -> bool:
+        """End a lease: True if it was held, False if it had expired, was released
+        already or is None (a degraded admit's). When Redis cannot answer: raises
+        `RateLimiterUnavailable` under on_error="raise", else logs and returns False
+        (the lease then expires by itself)."""
+        if lease is None:
+            return False
+        return await self._end(identity, lease, LEASE_RELEASE)
+
+    async def renew(self, identity: str | bytes, lease: str) -> bool:
+        """Give a held lease another `lease_seconds` from now: True if it was still held,
+        False if it had expired or been released (it is not taken again). Redis
+        unavailable: as `release`."""
+        return await self._end(identity, lease, LEASE_RENEW)
+
+    async def _end(self, identity: str | bytes, lease: str, op: int) -> bool:
+        keys, args = self._lease_call(identity, lease, op)
+        try:
+            async with asyncio.timeout(self.timeout):
+                reply = await self._run(keys, args)
+        except TimeoutError as exc:
+            return self._unreleased(exc, self._no_answer())
+        except UNAVAILABLE as exc:
+            return self._unreleased(exc)
+        return self._ended(reply)
+
+    @asynccontextmanager
+    async def hold(self, identity: str | bytes) -> AsyncIterator[Decision]:
+        """`acquire` on entry, `release` on exit, also when the body raises or is
+        cancelled. Not admitted: the body runs with the rejected decision (nothing
+        raises; test `decision.allowed`). A release that fails never raises here: it is
+        logged and the lease expires after `lease_seconds`."""
+        decision = await self.acquire(identity)
+        try:
+            yield decision
+        finally:
+            if decision.lease is not None:
+                # Shielded: a second cancellation does not stop the release half-way.
+                await asyncio.shield(self._release_quietly(identity, decision.lease))
+
+    async def _release_quietly(self, identity: str | bytes, lease: str) -> None:
+        try:
+            await self.release(identity, lease)
+        except Exception as exc:  # on_error="raise": the lease expires by itself
+            log.warning("lease not released (it expires by itself): %s", exc)

@@ -11,7 +11,8 @@ only sends and receives. `wait_replicas=N` follows each script with `WAIT` as in
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from types import TracebackType
 from typing import Any, Self
@@ -20,7 +21,7 @@ import redis.exceptions
 
 from . import algorithms, cluster_client, lanes, plan
 from . import clock as clocks
-from ._core import UNAVAILABLE, LimiterBase
+from ._core import LEASE_RELEASE, LEASE_RENEW, UNAVAILABLE, LeaseCore, LimiterBase, log
 from .algorithms import DEFAULT_LOG_STORAGE, LogStorage
 from .backends import SyncClient, bounded_client, connect_sync
 from .decision import Decision
@@ -30,6 +31,7 @@ from .rates import Rate
 RETRY_WITHIN = 0.1  # share of the timeout within which a failed attempt is retried
 
 __all__ = [
+    "ConcurrencyLimiter",
     "FixedWindowLimiter",
     "SlidingWindowCounterLimiter",
     "SlidingWindowLimiter",
@@ -238,3 +240,72 @@ class TokenBucketLimiter(GcraPolicy, SyncLimiter):
             clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
             wait_replicas=wait_replicas,
         )  # fmt: skip
+
+
+class ConcurrencyLimiter(LeaseCore, SyncLimiter):
+    """At most `limit` requests of an identity in flight at once; see
+    `ratelimit.limiters.ConcurrencyLimiter`.
+
+        with limiter.hold("api-key-123") as decision:
+            if not decision.allowed: ...
+    """
+
+    def __init__(
+        self,
+        redis: SyncClient,
+        limit: int = 4,
+        lease_seconds: float | None = None,
+        prefix: str = "rl",
+        *,
+        lease_ms: int | None = None,
+        clock: clocks.Clock = "redis",
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        wait_replicas: int = 0,
+    ) -> None:
+        super().__init__(
+            redis, limit, lease_seconds, prefix, lease_ms=lease_ms, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys,
+            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms, wait_replicas=wait_replicas,
+        )  # fmt: skip
+
+    def acquire(self, identity: str | bytes) -> Decision:
+        """Take a lease; see `ratelimit.limiters.ConcurrencyLimiter.acquire`."""
+        return self.check(identity)
+
+    def release(self, identity: str | bytes, lease: str | None) -> bool:
+        """End a lease; see `ratelimit.limiters.ConcurrencyLimiter.release`."""
+        if lease is None:
+            return False
+        return self._end(identity, lease, LEASE_RELEASE)
+
+    def renew(self, identity: str | bytes, lease: str) -> bool:
+        """Extend a held lease; see `ratelimit.limiters.ConcurrencyLimiter.renew`."""
+        return self._end(identity, lease, LEASE_RENEW)
+
+    def _end(self, identity: str | bytes, lease: str, op: int) -> bool:
+        keys, args = self._lease_call(identity, lease, op)
+        try:
+            reply = self._judge(plan.run(self._check_plan(keys, args), self._send, keys[0]))
+        except UNAVAILABLE as exc:
+            return self._unreleased(exc)
+        return self._ended(reply)
+
+    @contextmanager
+    def hold(self, identity: str | bytes) -> Iterator[Decision]:
+        """`acquire` on entry, `release` on exit; see
+        `ratelimit.limiters.ConcurrencyLimiter.hold`."""
+        decision = self.acquire(identity)
+        try:
+            yield decision
+        finally:
+            if decision.lease is not None:
+                try:
+                    self.release(identity, decision.lease)
+                except Exception as exc:  # on_error="raise": the lease expires by itself
+                    log.warning("lease not released (it expires by itself): %s", exc)

@@ -1,15 +1,15 @@
 """Least privilege: the ACL rule `ratelimit.acl` generates, proven on a private Redis.
 
-A user created with exactly `acl.rule(PREFIX)` runs every limiter (the four algorithms
-and the compact log, asyncio and sync): single checks, `check_many`, concurrent
-checks batched by the auto-pipeline, the rare script paths (a compact log moving past
-chunks and emptying, a key of another type, Redis's own clock) and recovery from
-SCRIPT FLUSH, including the EVAL fallback when a second flush lands during the reload;
-and it decides exactly as the same workload does on an admin connection. Then each
-permission of the rule is taken away in turn: the same workload meets the failure
-policy (degraded decisions under allow/deny, RateLimiterUnavailable under raise), never
-another exception, and every message names the permission that is missing. So the rule
-is enough, and every part of it is needed.
+A user created with exactly `acl.rule(PREFIX)` runs every limiter (the four algorithms,
+the compact log and the concurrency leases, asyncio and sync): single checks,
+`check_many`, concurrent checks batched by the auto-pipeline, the rare script paths (a
+compact log moving past chunks and emptying, a key of another type, Redis's own clock)
+and recovery from SCRIPT FLUSH, including the EVAL fallback when a second flush lands
+during the reload; and it decides exactly as the same workload does on an admin
+connection. Then each permission of the rule is taken away in turn: the same workload
+meets the failure policy (degraded decisions under allow/deny, RateLimiterUnavailable
+under raise), never another exception, and every message names the permission that is
+missing. So the rule is enough, and every part of it is needed.
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ async def test_a_user_with_exactly_the_rule_runs_every_limiter_like_an_admin(
         assert batches and max(batches) >= 3  # concurrent checks shared round trips
     # The user wrote its limiters' keys, nothing else.
     mine_keys = {k.decode() for k in admin.scan_iter(match=f"{PREFIX}:*")}
-    assert {k.split(":")[1] for k in mine_keys} == set(SPECS)
+    assert {k.split(":")[1] for k in mine_keys} == {*SPECS, algorithms.LEASES.name}
 
 
 # Every single permission of the rule, each taken away in turn.

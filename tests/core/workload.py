@@ -1,5 +1,6 @@
 """A workload that makes every kind of check every limiter makes, on one client: the
-four algorithms and the compact log, single checks, `check_many`, concurrent checks
+four algorithms and the compact log, concurrency leases (acquire, a rejection, renew,
+release, expiry), single checks, `check_many`, concurrent checks
 (auto-pipelined for asyncio), the rare script paths, Redis's own clock, and recovery
 from SCRIPT FLUSH (also a second flush during the reload, which goes by EVAL). Its
 outcomes compare across connections (an ACL user and an admin, TLS and plain TCP)."""
@@ -153,6 +154,57 @@ class Workload:
         lim._send = flush_between
         admin.script_flush()
         await self.one("flushed twice", lim, "s")
+
+        await self.leases()
+
+    async def leases(self) -> None:
+        """Concurrency leases: every path of lua/leases.lua, on an injected clock and on
+        Redis's; one lease stays held, so its key is there afterwards."""
+        clock = ManualClock(6_000_000.0)
+        kind = "sync" if self.kind == "sync" else "async"
+        cls = algorithms.LEASES.limiter_class(kind)  # type: ignore[arg-type]
+        lim = cls(self.client, 2, 5, self.prefix, clock=clock, on_error=self.on_error, timeout=5)
+        leases = []
+        for _ in range(3):  # the third is rejected
+            leases.append(await self.acquire("lease a", lim, "a"))
+        await self.end("lease renew", lim, "a", leases[0], "renew", held=True)
+        await self.end("lease release", lim, "a", leases[0], "release", held=True)
+        await self.many("lease many", lim, ["a", "b"])
+        clock.advance(6)  # every lease has expired
+        await self.acquire("lease after expiry", lim, "a")
+        on_redis = cls(self.client, 1, 60, self.prefix, on_error=self.on_error, timeout=5)
+        for _ in range(2):
+            await self.acquire("lease redis clock", on_redis, "r", exact=False)
+
+    async def acquire(self, step: str, limiter: Any, who: str, exact: bool = True) -> Any:
+        """One acquire, recorded like a check; the lease id it holds (or None)."""
+        try:
+            outcome: Outcome = await check(limiter, who)
+        except RateLimiterUnavailable as exc:
+            outcome = exc
+        self._record(step, outcome, exact)
+        return getattr(outcome, "lease", None)
+
+    async def end(self, step: str, limiter: Any, who: str, lease: Any, how: str, held: bool):
+        """A release or renew of `lease`, which is `held`. Under allow/deny a False is
+        the failure policy's answer (it logged why): counted as that policy's degraded
+        answer. (So the workload ends only held leases: a False there proves nothing.)"""
+        if lease is None:  # the acquire failed: nothing to end
+            return
+        method = getattr(limiter, how)
+        try:
+            if self.kind == "sync":
+                ended = await asyncio.to_thread(method, who, lease)
+            else:
+                ended = await method(who, lease)
+        except RateLimiterUnavailable as exc:
+            self._record(step, exc)
+            return
+        if ended != held:
+            allow = self.on_error == "allow"
+            self._record(step, Decision(allow, limiter.limit, 0, 0, 0, degraded=True))
+            return
+        self.outcomes.append((step, ended))
 
 
 def connect(kind: str, url: str) -> Any:

@@ -65,12 +65,12 @@ async def test_look_ups_over_the_limit_are_refused_and_the_key_stays_bounded():
     assert table["RateLimit"].tolist()[3:] == ['"geofence";r=0;t=1'] * 2
     assert table["Retry-After"].tolist() == ["", "", "", "1", "1"]
     key, members, ttl_ms = await http_route.key_state(app, KEY)
-    assert KEY not in key and members == 3 and 0 < ttl_ms <= 1000
+    assert key == f"rl:geofence:key:{KEY}" and members == 3 and 0 < ttl_ms <= 1000
     check = await http_route.seed_check(app, KEY)
-    assert check["key"] == check["python"] == check["app"] == key != check["bare"]
+    assert check["key"] == check["typed"] == check["python"] == check["app"] == key
+    assert check["key"] != check["bare"]
     assert check["command"] == (
-        f"python -m ratelimit key {KEY} --scope geofence --prefix demo --algorithm log"
-        " --window-ms 1000"
+        f"python -m ratelimit key {KEY} --scope geofence --window-ms 1000 --plain-keys"
     )
     assert (check["ZCARD"], 0 < check["PTTL"] <= 1000) == (members, True)
 
@@ -280,7 +280,9 @@ async def test_outage_table_fails_open_or_closed_and_logs_each():
     assert table.loc["deny", "status"].tolist() == [503, 503]
     assert table.loc["deny", "Retry-After"].tolist() == ["1", "1"]
     assert (table.RateLimit == "(none)").all()
-    assert len([r for r in records if r.name == "ratelimit.http"]) == 4
+    # One per degraded decision: the look-up let through fail-open has two (its rate's
+    # and its lease's); a refused one stops at its rate.
+    assert len([r for r in records if r.name == "ratelimit.http"]) == 5
 
 
 async def test_real_server_refuses_past_its_quota_and_is_stopped():
@@ -397,3 +399,21 @@ def test_shown_gives_retry_after_ms_as_its_range_and_anything_else_as_it_is():
     wrong = response(429, {"Retry-After": "1", "Retry-After-Ms": "1500"})  # a bug shows
     assert http_route.shown("Retry-After-Ms", wrong) == "1500"
     assert "Retry-After-Ms: 1..2000 (real time)" in http_route.as_sent(refused)
+
+
+async def test_in_flight_is_rate_times_service_time_and_leases_cap_it():
+    """Section 7 on other numbers: 5 a second of 1.5 s each is 7 or 8 in flight (7.5
+    on average) under the rate alone; 3 leases cap it at 3, admitting 3 every 1.5 s;
+    the figure plots the runs' own counts."""
+    params = {"rate_per_s": 5, "service_s": 1.5, "duration_s": 6}
+    alone = await http_route.in_flight_run(**params)
+    leased = await http_route.in_flight_run(**params, in_flight_limit=3, lease_seconds=10)
+    assert alone.admitted == 30 and alone.max_in_flight == 8
+    assert alone.curve_in_flight[-1] in (7, 8)
+    assert leased.max_in_flight == 3 and leased.admitted == 3 * 4
+    refused = leased.statuses == 429
+    assert set(leased.refused_by[refused]) == {"in flight"}
+    assert (leased.retry_after_ms[refused] <= 10_000).all()
+    fig = http_route.in_flight_figure([alone, leased], duration_s=6)
+    assert same(plotted(fig), [alone.curve_in_flight, leased.curve_in_flight])
+    plt.close(fig)

@@ -101,7 +101,9 @@ SUMMARY = (
     "{seed_refused} 429, and the Redis key behind them (`python -m ratelimit key`); every "
     "header of " + DRAFT + " explained; cost-weighted geofences (cost {max_cost} above "
     "{max_cost_above_km} km); clients that hammer, honour Retry-After or Retry-After-Ms, or "
-    "pace themselves; fail-open / fail-closed; and a real uvicorn server"
+    "pace themselves; fail-open / fail-closed; a real uvicorn server; and requests in "
+    "flight: look-ups of 2 s at 10 per second hold {in_flight_rate_only} at once under the "
+    "rate limit alone, {in_flight_leased} with a lease each"
 )
 HEADLINE = (
     "Over {duration_s} s at {limit} look-ups per second, a client that retries "
@@ -230,22 +232,20 @@ def key_from_the_command_line(argv: Sequence[str]) -> str:
     return out.getvalue().strip()
 
 
-async def seed_check(app: Any, api_key: str, prefix: str = "demo") -> dict[str, Any]:
-    """The README's check after the look-ups, as a reader runs it: the key from the
-    command line (`python -m ratelimit key API_KEY --scope geofence --prefix demo
-    --algorithm log`: the demo keeps the sorted-set log), the same from Python
-    (`ratelimit.keys.route_key`), then `ZCARD` and `PTTL` on it."""
+async def seed_check(app: Any, api_key: str) -> dict[str, Any]:
+    """The project's check after the look-ups, as the seed types it: the demo keeps plain
+    keys, so the key of `api_key` on the geofence route is `rl:geofence:key:<api_key>`;
+    the command line (`python -m ratelimit key API_KEY --scope geofence --window-ms 1000
+    --plain-keys`) and `ratelimit.keys.route_key` name the same; then `ZCARD` and `PTTL`."""
     window_ms = app.state.limits[SCOPE].limiter.window_ms
-    argv = ["key", api_key, "--scope", SCOPE, "--prefix", prefix, "--algorithm", "log",
-            "--window-ms", str(window_ms)]  # fmt: skip
+    argv = ["key", api_key, "--scope", SCOPE, "--window-ms", str(window_ms), "--plain-keys"]
     key = key_from_the_command_line(argv)
     redis = app.state.redis
     return {
         "command": "python -m ratelimit " + " ".join(argv),
         "key": key,
-        "python": keys.route_key(
-            api_key, scope=SCOPE, prefix=prefix, algorithm="log", window_ms=window_ms
-        ),
+        "typed": f"rl:{SCOPE}:key:{api_key}",
+        "python": keys.route_key(api_key, scope=SCOPE, window_ms=window_ms, plain=True),
         "app": app.state.limits[SCOPE].key_for(api_key),
         "bare": app.state.limits[SCOPE].limiter.key_for(api_key),
         "ZCARD": int(await redis.zcard(key)),
@@ -563,10 +563,14 @@ async def run_over_http(**params: Any) -> ClientRun:
     client, clock = params["client"], ManualClock()
     app = demo_app(clock=clock, limit=params["limit"], window_s=params["window_s"])
     async with in_process(app) as http:
-        headers = {"x-api-key": client}
+        # The client's name as its API key, spaces made dashes: the demo's plain keys
+        # hold the key as it is, and refuse one with a space (400).
+        headers = {"x-api-key": client.replace(" ", "-")}
         for now_ms in loop:
             clock.set_ms(now_ms)
             r = await http.get("/within", params=within(RADIUS_M), headers=headers)
+            if r.status_code not in (200, 429):
+                raise RuntimeError(f"the demo answered {r.status_code}: {r.text}")
             loop.answer(r.status_code, r.headers)
     return loop.run()
 
@@ -643,6 +647,120 @@ def clients_figure(
     right.set_ylabel("requests sent")
     right.set_title(f"Requests sent in {duration_s} s")
     right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# --- requests in flight ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InFlightRun:
+    """Section 7: one client's look-ups, each taking `service_s`, sent at a steady rate
+    to the route's checks in the route's order (its rate limit, then a lease when
+    `in_flight_limit` is set), on a virtual clock."""
+
+    in_flight_limit: int | None
+    times_ms: np.ndarray  # when each look-up was sent
+    statuses: np.ndarray  # 200, or 429
+    refused_by: np.ndarray  # "", "rate" or "in flight"
+    retry_after_ms: np.ndarray  # a 429's wait (0 for a 200)
+    curve_ms: np.ndarray  # the times the count below changed
+    curve_in_flight: np.ndarray  # look-ups in flight from each of those times on
+
+    @property
+    def max_in_flight(self) -> int:
+        return int(self.curve_in_flight.max())
+
+    @property
+    def admitted(self) -> int:
+        return int((self.statuses == 200).sum())
+
+
+async def in_flight_run(
+    *,
+    rate_per_s: int = LIMIT,
+    service_s: float = 2.0,
+    duration_s: float = 10.0,
+    in_flight_limit: int | None = None,
+    lease_seconds: float = 30.0,
+) -> InFlightRun:
+    """Look-ups sent `rate_per_s` a second for `duration_s`, each in flight for
+    `service_s` once admitted, against the real limiters on a fresh embedded Redis and
+    a `ManualClock`: a sliding log of `rate_per_s` per second, then (when
+    `in_flight_limit` is set) a `ConcurrencyLimiter` of that many leases, released as
+    each look-up ends. A look-up that ends at the time another is sent ends first."""
+    from ratelimit import ConcurrencyLimiter, SlidingWindowLimiter
+
+    redis, clock = connect(embedded=True), ManualClock(1_000.0)
+    rate = SlidingWindowLimiter(redis, 1, rate_per_s, "sec7", clock=clock)
+    leases = None
+    if in_flight_limit is not None:
+        leases = ConcurrencyLimiter(redis, in_flight_limit, lease_seconds, "sec7", clock=clock)
+    step_ms, service_ms = 1000 // rate_per_s, round(service_s * 1000)
+    ending: list[tuple[int, str | None]] = []  # (end in ms, lease) of look-ups in flight
+    times, statuses, refused_by, waits, curve_ms, curve_n = [], [], [], [], [0], [0]
+    for t in range(0, round(duration_s * 1000), step_ms):
+        clock.set_ms(1_000_000 + t)
+        for end, lease in sorted(e for e in ending if e[0] <= t):
+            ending.remove((end, lease))
+            if leases is not None:
+                await leases.release("client", lease)
+            _count(curve_ms, curve_n, end, len(ending))
+        decision = await rate.check("client")
+        why = "" if decision.allowed else "rate"
+        if decision.allowed and leases is not None:
+            decision = await leases.acquire("client")
+            why = "" if decision.allowed else "in flight"
+        times.append(t)
+        statuses.append(200 if decision.allowed else 429)
+        refused_by.append(why)
+        waits.append(decision.retry_after_ms)
+        if decision.allowed:
+            ending.append((t + service_ms, decision.lease))
+            _count(curve_ms, curve_n, t, len(ending))
+    await redis.aclose()
+    _count(curve_ms, curve_n, round(duration_s * 1000), curve_n[-1])
+    return InFlightRun(
+        in_flight_limit,
+        np.array(times),
+        np.array(statuses),
+        np.array(refused_by),
+        np.array(waits),
+        np.array(curve_ms),
+        np.array(curve_n),
+    )
+
+
+def _count(times: list[int], counts: list[int], t: int, n: int) -> None:
+    """Record `n` in flight from `t` on: the count after every event at one time (a
+    look-up that ends and one admitted at that time leave no dip)."""
+    if times[-1] == t:
+        counts[-1] = n
+    else:
+        times.append(t)
+        counts.append(n)
+
+
+def in_flight_figure(runs: Sequence[InFlightRun], *, duration_s: float = 10.0) -> Figure:
+    """Section 7: look-ups in flight over virtual time, with and without leases."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    for run in runs:
+        label = (
+            "rate limit only"
+            if run.in_flight_limit is None
+            else f"rate limit + {run.in_flight_limit} leases"
+        )
+        ax.step(run.curve_ms / 1000, run.curve_in_flight, where="post",
+                label=f"{label}: at most {run.max_in_flight} in flight, "
+                f"{run.admitted} admitted")  # fmt: skip
+    ax.set_xlim(0, duration_s)
+    ax.set_xlabel("virtual time (s)")
+    ax.set_ylabel("look-ups in flight")
+    ax.set_title("One client within its rate, each look-up slow")
+    ax.legend(fontsize=8, loc="center right")
     fig.tight_layout()
     return fig
 
