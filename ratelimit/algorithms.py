@@ -108,6 +108,8 @@ class Algorithm:
             # 1: the bound is Redis's clock plus skew; 0: the checking host's own time
             # (an injected clock's times have nothing to do with Redis's).
             "judge": 1 if policy.clock is clocks.DEFAULT else 0,
+            # 0: a check; a peek's script is the same with 1 (it writes nothing).
+            "dry": 0,
         }
         out.update(self._own_constants(policy))
         return out
