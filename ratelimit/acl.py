@@ -9,12 +9,13 @@ commands every script calls (read here from the `redis.call` and `redis.pcall` l
 `ratelimit/lua/*.lua`, so a new script command can never be left out) besides what the
 client itself sends: EVALSHA for every check and peek, SCRIPT LOAD after NOSCRIPT (a
 restart, a failover, SCRIPT FLUSH), EVAL when a second flush lands between that reload
-and the retry (see `ratelimit.plan`), and UNLINK for `reset`. On connecting redis-py sends AUTH or HELLO, which
-every user may run, and CLIENT SETINFO, whose refusal it ignores (and which Redis 7.0
-does not know: a rule naming it would not load there); SELECT only for a database
-other than 0, and PING only with `health_check_interval`. A Redis Cluster client also
-asks for CLUSTER SLOTS and COMMAND (`commands()` takes all three as options). Every key
-a limiter writes is `<prefix>:<algorithm>:...`, hence the key pattern `~<prefix>:*`.
+and the retry (see `ratelimit.plan`), and UNLINK for `reset`. On connecting redis-py
+sends AUTH or HELLO, which every user may run, and CLIENT SETINFO, whose refusal it
+ignores (and which Redis 7.0 does not know: a rule naming it would not load there);
+SELECT only for a database other than 0, and PING only with `health_check_interval`. A
+Redis Cluster client also asks for CLUSTER SLOTS and COMMAND (`commands()` takes all
+three as options). Every key a limiter writes is `<prefix>:<algorithm>:...`, hence the
+key pattern `~<prefix>:*`.
 
 `python -m ratelimit acl --prefix rl` prints the same rule.
 """

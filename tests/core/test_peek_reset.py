@@ -201,9 +201,12 @@ def test_the_peek_script_is_read_only_to_redis(real_redis_url, prefix):
         assert text.startswith(scripts.READ_ONLY_SHEBANG)
         assert lim.script.startswith(scripts.SHEBANG) and "local dry = 0\n" in lim.script
         # Apart from the flag and `dry`, the peek runs the check's very script.
-        assert text.replace(scripts.READ_ONLY_SHEBANG, scripts.SHEBANG, 1).replace(
-            "local dry = 1\n", "local dry = 0\n", 1
-        ) == lim.script
+        assert (
+            text.replace(scripts.READ_ONLY_SHEBANG, scripts.SHEBANG, 1).replace(
+                "local dry = 1\n", "local dry = 0\n", 1
+            )
+            == lim.script
+        )
         writing = text.replace("local dry = 1\n", "local dry = 0\n", 1)
         key = lim.key_for("x")
         args = lim.script_args(int(lim.clock() * 1000), 1)
@@ -437,7 +440,9 @@ async def test_bad_input_is_a_value_error(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_peek_and_reset_on_a_cluster(kind, cluster):
-    client = ratelimit.connect_sync(cluster.url) if kind == "sync" else ratelimit.connect(cluster.url)
+    client = (
+        ratelimit.connect_sync(cluster.url) if kind == "sync" else ratelimit.connect(cluster.url)
+    )
     prefix = f"test:{uuid.uuid4().hex[:12]}"
     try:
         for entry in ENTRIES:
