@@ -65,12 +65,20 @@ def make_limiter(kind: str, entry: Any, client: Any, **options: Any) -> Any:
     return entry.build(kind, client, **options)
 
 
-def client_for(kind: str, backend: str, real_url: str | None) -> Any:
+def clients_for(kind: str, backend: str, real_url: str | None) -> tuple[Any, Any]:
+    """A client of `kind` for the limiter, and a sync one on the same data to look at
+    it with (fakeredis: one FakeServer behind both)."""
     if backend == "embedded":
-        return fakeredis.FakeRedis() if kind == "sync" else fakeredis.FakeAsyncRedis()
+        server = fakeredis.FakeServer()
+        client = (
+            fakeredis.FakeRedis(server=server)
+            if kind == "sync"
+            else fakeredis.FakeAsyncRedis(server=server)
+        )
+        return client, fakeredis.FakeRedis(server=server)
     if kind == "sync":
-        return redis.Redis.from_url(real_url)
-    return redis.asyncio.Redis.from_url(real_url)
+        return redis.Redis.from_url(real_url), redis.Redis.from_url(real_url)
+    return redis.asyncio.Redis.from_url(real_url), redis.Redis.from_url(real_url)
 
 
 async def close(client: Any) -> None:
@@ -78,13 +86,6 @@ async def close(client: Any) -> None:
         await client.aclose()
     else:
         client.close()
-
-
-def admin_for(client: Any, backend: str, real_url: str | None) -> Any:
-    """A sync connection to the same data (fakeredis: the same server object)."""
-    if backend == "embedded":
-        return fakeredis.FakeRedis(server=client.connection_pool.connection_kwargs["server"])
-    return redis.Redis.from_url(real_url)
 
 
 @pytest.fixture(params=["embedded", "real"])
@@ -112,12 +113,11 @@ STEPS: list[tuple[str, int]] = [
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 async def test_peek_changes_nothing_and_the_next_check_agrees(kind, entry, backend_url, prefix):
     backend, url = backend_url
-    client = client_for(kind, backend, url)
-    admin = admin_for(client, backend, url)
+    client, admin = clients_for(kind, backend, url)
     clock = ManualClock(1_000_000.0)
     lim = make_limiter(kind, entry, client, window_ms=1000, limit=4, prefix=prefix, clock=clock)
     key = lim.key_for("alice")
-    seen = {"allowed": 0, "rejected": 0}
+    seen = {"allowed": 0, "rejected": 0, "on a key": 0}
     try:
         pending: Decision | None = None
         for step, n in STEPS:
@@ -133,16 +133,52 @@ async def test_peek_changes_nothing_and_the_next_check_agrees(kind, entry, backe
                 assert outcome(await peek(lim, "alice", n)) == outcome(pending)
                 assert snapshot(admin, key, backend == "real") == before
                 seen["allowed" if pending.allowed else "rejected"] += 1
+                seen["on a key"] += before[0]
                 last_cost = n
             else:
+                before = snapshot(admin, key, backend == "real")
                 decision = await check(lim, "alice", n)
+                if decision.allowed:  # the snapshot does see a write
+                    assert snapshot(admin, key, backend == "real") != before
                 if pending is not None and last_cost == n:
                     assert outcome(decision) == outcome(pending), (step, n)
                     assert decision.decided_at_ms == pending.decided_at_ms
                 pending = None
         assert seen["allowed"] and seen["rejected"]  # both paths of the script ran
+        assert seen["on a key"] >= 5
     finally:
         await close(client)
+        admin.close()
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_a_peek_decides_on_times_from_far_ahead_as_a_check_would(entry, backend_url, prefix):
+    """A full key written by a host 5 s ahead, read with a 100 ms tolerance: a check
+    first brings the stored times back to now + 100 ms (and stores them), a peek only
+    decides as if it had. Same rejection, nothing stored by the peek."""
+    backend, url = backend_url
+    client, admin = clients_for("sync", backend, url)
+    clock = ManualClock(1_000_000.0)
+    lim = entry.build(
+        "sync", client, window_ms=1000, limit=2, prefix=prefix, clock=clock,
+        clock_tolerance_ms=100,
+    )  # fmt: skip
+    key = lim.key_for("a")
+    try:
+        clock.advance(5.0)
+        assert lim.check("a", 2).allowed  # full, 5 s ahead of what follows
+        clock.advance(-5.0)
+        before = snapshot(admin, key, backend == "real")
+        said = lim.peek("a")
+        assert snapshot(admin, key, backend == "real") == before
+        # (The counter forgets a count from a window ahead of the check's own.)
+        assert said.allowed == (entry.name == "swc")
+        if entry.exact:  # the logs: the blocking entry, moved back to now + 100 ms
+            assert said.retry_after_ms == 100 + 1000
+        assert outcome(lim.check("a")) == outcome(said)
+        assert snapshot(admin, key, backend == "real") != before  # the check rewrote
+    finally:
+        client.close()
         admin.close()
 
 
@@ -224,8 +260,7 @@ def test_the_peek_script_is_read_only_to_redis(real_redis_url, prefix):
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 async def test_reset_gives_a_fresh_budget(kind, entry, backend_url, prefix):
     backend, url = backend_url
-    client = client_for(kind, backend, url)
-    admin = admin_for(client, backend, url)
+    client, admin = clients_for(kind, backend, url)
     clock = ManualClock(1_000_000.0)
     lim = make_limiter(kind, entry, client, window_ms=60_000, limit=3, prefix=prefix, clock=clock)
     other = make_limiter(kind, entry, client, window_ms=60_000, limit=3, prefix=prefix, clock=clock)
@@ -350,7 +385,7 @@ async def test_peek_and_the_near_cache(kind, backend_url, prefix):
     rejection it got from Redis is remembered (a rejected check wrote nothing either);
     an admission it got forgets nothing (it added no entry); a reset forgets the cache."""
     backend, url = backend_url
-    client = client_for(kind, backend, url)
+    client, admin = clients_for(kind, backend, url)
     clock = ManualClock(1_000_000.0)
     options = dict(window_ms=1000, limit=2, prefix=prefix, clock=clock, near_cache=True)
     lim = make_limiter(kind, algorithms.COMPACT_LOG, client, **options)
@@ -375,6 +410,7 @@ async def test_peek_and_the_near_cache(kind, backend_url, prefix):
         assert (await check(lim, "a")).allowed
     finally:
         await close(client)
+        admin.close()
 
 
 def dead_port() -> int:
@@ -407,8 +443,7 @@ async def test_outage_peek_follows_the_failure_policy_and_reset_raises(kind, on_
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_peek_survives_a_flushed_script_cache(kind, real_redis_url, prefix):
-    client = client_for(kind, "real", real_redis_url)
-    admin = redis.Redis.from_url(real_redis_url)
+    client, admin = clients_for(kind, "real", real_redis_url)
     lim = make_limiter(kind, algorithms.SLIDING_LOG, client, window_ms=1000, limit=2,
                        prefix=prefix, clock=ManualClock(1_000_000.0))  # fmt: skip
     try:
