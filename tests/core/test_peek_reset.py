@@ -518,3 +518,37 @@ async def test_peeks_made_together_on_one_client_all_answer(client, prefix):
     assert sum(d.allowed for d in results[:3]) == 3
     assert all(not d.degraded for d in results)
     assert (await lim.peek("a")).remaining == 5 - 3 - 1  # three admitted, one peeked
+
+
+# -- a full Redis ------------------------------------------------------------------------
+
+
+def test_on_a_full_redis_peeks_still_decide_and_reset_frees():
+    """Under `noeviction` with memory full, a check gets the failure policy (its script
+    may write), while a peek, declared read-only, still gets Redis's decision, and a
+    reset (UNLINK, which frees memory) still works."""
+    from tests.core import test_full_redis as full
+
+    server = full.start_server("noeviction")
+    admin = server.client()
+    client = server.client()
+    try:
+        clock = ManualClock(full.T0)
+        limiters = {e.name: full.make(e.name, "sync", client, clock, on_error="allow")
+                    for e in ENTRIES}  # fmt: skip
+        for lim in limiters.values():
+            for _ in range(full.BEFORE):
+                assert lim.check("a").allowed
+        full.fill(admin)
+        full.squeeze(admin)
+        for name, lim in limiters.items():
+            refused = lim.check("a")
+            assert refused.degraded, name  # the check's script may write: refused
+            said = lim.peek("a")
+            assert not said.degraded and said.remaining == full.LIMIT - full.BEFORE - 1, name
+            assert lim.reset("a") is True and not admin.exists(lim.key_for("a"))
+            assert lim.peek("a").remaining == full.LIMIT - 1
+    finally:
+        client.close()
+        admin.close()
+        server.close()
