@@ -267,6 +267,9 @@ SLIDING_LOG_MAX_LIMIT = 1_000_000
 #   swc   admit:  SET NX GET, SET (with PX)      reject: SET NX GET
 #   gcra  admit:  SET NX GET, SET (with PX)      reject: SET NX GET
 #   On a key that holds nothing, the SET NX GET alone admits (fw, swc, gcra).
+#   A peek (the same script with dry = 1) issues the reads of the same path, a GET in
+#   place of SET NX GET, and none of the writes (ZREMRANGEBYSCORE, ZADD, HSET, HDEL,
+#   DEL, INCRBY, SET, PEXPIRE).
 # The log's ZADD NX is repeated when its probe hits a taken member slot: rare (at most
 # 10**6 members in 2**23 slots), and not counted.
 # Tag, label, Lua script, limiter class; exactness; commands per check as (admit, per
