@@ -107,8 +107,14 @@ class LimiterBase(Policy):
         # The script carries this limiter's options as constants (see scripts.py); a
         # real Redis gets it behind the shebang.
         constants = self.algorithm.constants(self)
-        self._script = self._client_for_script(redis).register_script(
+        script_client = self._client_for_script(redis)
+        self._script = script_client.register_script(
             scripts.for_client(self.algorithm.script, redis, constants)
+        )
+        # A peek runs the same script with `dry` = 1: the same decision, no write, and
+        # declared read-only to Redis (see lua/prelude.lua).
+        self._peek_script = script_client.register_script(
+            scripts.for_client(self.algorithm.script, redis, {**constants, "dry": 1})
         )
         # The hot path calls EVALSHA on the client itself (see `_call`) and reads the
         # host's clock directly.
@@ -192,6 +198,61 @@ class LimiterBase(Policy):
         return plan.check(
             self._script, keys, args, self._wait, self._retry_within, self._count_resends
         )
+
+    def _peek_plan(self, keys: list[str], args: list[Any]) -> plan.Plan:
+        """The round trips of one peek: a check of the read-only script, with no WAIT
+        (it writes nothing) and no resend count (sent twice, it charges nothing)."""
+        return plan.check(self._peek_script, keys, args, None, self._retry_within)
+
+    def _reset_plan(self, key: str) -> plan.Plan:
+        """The round trip of one reset: UNLINK the identity's key (its state is one key
+        for every algorithm; UNLINK frees a large log off Redis's main thread)."""
+        return plan.command(("UNLINK", key), self._retry_within)
+
+    def _peek_reply(self, result: tuple[Any, Any]) -> Any:
+        """A peek's raw reply; raises its error reply."""
+        reply = result[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _peek_unavailable(self, exc: BaseException, what: str | None = None) -> Decision:
+        """The failure policy for a peek, exactly as for a check."""
+        return self._unavailable(
+            exc, what or acl.describe(exc, self._peek_script.script, self.prefix)
+        )
+
+    def _peeked(self, reply: Any, keys: list[str], args: list[Any], sent: float) -> Decision:
+        """The `Decision` in a peek's reply. A rejection is remembered by the near-cache
+        as a check's would be: the state it was decided on is the one a check finds (a
+        rejected check writes nothing either). An admission forgets nothing: unlike a
+        check's, it added no entry, so a cached rejection's retry is not stale."""
+        decision = self._decision(reply, args[0])
+        cache = self.near_cache
+        if cache is not None and not decision.allowed:
+            cache.remember(keys[0], args[1], decision, sent, self._local_ms(args[0]))
+        return decision
+
+    def _reset_key(self, identity: str | bytes) -> str:
+        key = self.key_for(identity)
+        if self.near_cache is not None:
+            # Before Redis is asked: a cached rejection must not outlive the state it
+            # was decided on, even if the reset fails.
+            self.near_cache.forget(key)
+        return key
+
+    def _reset_done(self, reply: Any) -> bool:
+        """Whether a reset's UNLINK removed a key; raises its error reply."""
+        if isinstance(reply, Exception):
+            raise reply
+        return bool(reply)
+
+    def _reset_failed(self, exc: BaseException, what: str | None = None) -> RateLimiterUnavailable:
+        """A reset Redis could not carry out: always an error, whatever `on_error` says,
+        since a reset that silently did nothing would leave the identity limited."""
+        what = what or acl.describe(exc, "", self.prefix)
+        log.warning("rate limiter reset failed: %s", what)
+        return RateLimiterUnavailable(f"rate limiter could not reset in Redis: {what}")
 
     def _route(self) -> Any:
         """What sends a round trip now, as `send(key, commands)`: the client's lane while

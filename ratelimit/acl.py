@@ -7,14 +7,15 @@
 Scripts run with the permissions of the user who calls them, so the user needs the
 commands every script calls (read here from the `redis.call` and `redis.pcall` lines of
 `ratelimit/lua/*.lua`, so a new script command can never be left out) besides what the
-client itself sends: EVALSHA for every check, SCRIPT LOAD after NOSCRIPT (a restart, a
-failover, SCRIPT FLUSH), and EVAL when a second flush lands between that reload and
-the retry (see `ratelimit.plan`). On connecting redis-py sends AUTH or HELLO, which
-every user may run, and CLIENT SETINFO, whose refusal it ignores (and which Redis 7.0
-does not know: a rule naming it would not load there); SELECT only for a database
-other than 0, and PING only with `health_check_interval`. A Redis Cluster client also
-asks for CLUSTER SLOTS and COMMAND (`commands()` takes all three as options). Every key
-a limiter writes is `<prefix>:<algorithm>:...`, hence the key pattern `~<prefix>:*`.
+client itself sends: EVALSHA for every check and peek, SCRIPT LOAD after NOSCRIPT (a
+restart, a failover, SCRIPT FLUSH), EVAL when a second flush lands between that reload
+and the retry (see `ratelimit.plan`), and UNLINK for `reset`. On connecting redis-py
+sends AUTH or HELLO, which every user may run, and CLIENT SETINFO, whose refusal it
+ignores (and which Redis 7.0 does not know: a rule naming it would not load there);
+SELECT only for a database other than 0, and PING only with `health_check_interval`. A
+Redis Cluster client also asks for CLUSTER SLOTS and COMMAND (`commands()` takes all
+three as options). Every key a limiter writes is `<prefix>:<algorithm>:...`, hence the
+key pattern `~<prefix>:*`.
 
 `python -m ratelimit acl --prefix rl` prints the same rule.
 """
@@ -28,7 +29,7 @@ from functools import cache
 from . import scripts, validation
 
 # What the client sends itself, besides the scripts' own commands.
-CLIENT_COMMANDS: tuple[str, ...] = ("evalsha", "eval", "script|load")
+CLIENT_COMMANDS: tuple[str, ...] = ("evalsha", "eval", "script|load", "unlink")
 
 # What redis-py's cluster clients send to learn the slot map and the commands' keys.
 CLUSTER_COMMANDS: tuple[str, ...] = ("cluster|slots", "command")
@@ -67,7 +68,7 @@ def commands(
     *, db: int = 0, wait_replicas: int = 0, health_check: bool = False, cluster: bool = False
 ) -> list[str]:
     """The commands a limiter's Redis user needs: the client's own (EVALSHA, EVAL,
-    SCRIPT LOAD), SELECT when it connects to database `db` other than 0,
+    SCRIPT LOAD, UNLINK), SELECT when it connects to database `db` other than 0,
     WAIT when its limiters use `wait_replicas` > 0, PING when its client checks idle
     connections (`health_check_interval` in the URL), what a Redis Cluster client asks
     every node (`cluster`: CLUSTER SLOTS and COMMAND), then its scripts' commands."""

@@ -108,6 +108,8 @@ class Algorithm:
             # 1: the bound is Redis's clock plus skew; 0: the checking host's own time
             # (an injected clock's times have nothing to do with Redis's).
             "judge": 1 if policy.clock is clocks.DEFAULT else 0,
+            # 0: a check; a peek's script is the same with 1 (it writes nothing).
+            "dry": 0,
         }
         out.update(self._own_constants(policy))
         return out
@@ -279,6 +281,9 @@ SLIDING_LOG_MAX_LIMIT = 1_000_000
 #   lease acquire: ZREMRANGEBYSCORE, ZCARD, ZSCORE, ZADD, PEXPIRE
 #                 rejected: ZREMRANGEBYSCORE, ZCARD, ZSCORE, ZRANGE (first), ZRANGE (last)
 #         release: ZREM
+#   A peek (the same script with dry = 1) issues the reads of the same path, a GET in
+#   place of SET NX GET, and none of the writes (ZREMRANGEBYSCORE, ZADD, HSET, HDEL,
+#   DEL, INCRBY, SET, PEXPIRE).
 # The log's ZADD NX is repeated when its probe hits a taken member slot: rare (at most
 # 10**6 members in 2**23 slots), and not counted.
 # Tag, label, Lua script, limiter class; exactness; commands per check as (admit, per

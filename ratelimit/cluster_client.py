@@ -100,6 +100,9 @@ class GuardedCluster:
     async def script_load(self, script: Any) -> Any:
         return await _guard(self.client.script_load(script))
 
+    async def execute_command(self, *args: Any) -> Any:
+        return await _guard(self.client.execute_command(*args))
+
     def register_script(self, script: Any) -> AsyncScript:
         # so that its registered_client is this guard (which acts as the client)
         return AsyncScript(self, script)  # type: ignore[arg-type]
@@ -138,7 +141,9 @@ def _command(client: Any, command: tuple[Any, ...]) -> Any:
         return client.script_load(command[2])
     if command[0] == "EVALSHA":
         return client.evalsha(*command[1:])
-    return client.eval(*command[1:])
+    if command[0] == "EVAL":
+        return client.eval(*command[1:])
+    return client.execute_command(*command)  # a reset's UNLINK, routed by its key
 
 
 def _in_place(client: Any, command: tuple[Any, ...]) -> Any:

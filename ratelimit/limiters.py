@@ -132,6 +132,39 @@ class AsyncLimiter(LimiterBase):
             return self._unavailable(exc)
         return self._decided(reply, keys, args, sent)
 
+    async def peek(self, identity: str | bytes, cost: int = 1) -> Decision:
+        """The `Decision` that `check(identity, cost)` would return now, changing nothing
+        in Redis (no write, no TTL change): one read-only script call, with the same
+        validation, near-cache answer and failure policy as `check`. It goes on its own,
+        never in an auto-pipelined batch."""
+        keys, args = self._prepare(identity, cost)
+        cached, sent = self._lookup(keys, args)
+        if cached is not None:
+            return cached  # what check would answer too
+        try:
+            async with asyncio.timeout(self.timeout):
+                result = await plan.arun(self._peek_plan(keys, args), self._send, keys[0])
+                reply = self._peek_reply(result)
+        except TimeoutError as exc:
+            return self._peek_unavailable(exc, self._no_answer())
+        except UNAVAILABLE as exc:
+            return self._peek_unavailable(exc)
+        return self._peeked(reply, keys, args, sent)
+
+    async def reset(self, identity: str | bytes) -> bool:
+        """Forget `identity` under this limiter: its key is deleted, so its next check
+        finds a fresh budget. True when there was state to delete. Raises
+        `RateLimiterUnavailable` when Redis cannot answer, whatever `on_error` says."""
+        key = self._reset_key(identity)
+        try:
+            async with asyncio.timeout(self.timeout):
+                reply = await plan.arun(self._reset_plan(key), self._send, key)
+                return self._reset_done(reply)
+        except TimeoutError as exc:
+            raise self._reset_failed(exc, self._no_answer()) from exc
+        except UNAVAILABLE as exc:
+            raise self._reset_failed(exc) from exc
+
     async def check_many(
         self, identities: Iterable[str | bytes], costs: int | Iterable[int] = 1
     ) -> list[Decision]:

@@ -9,6 +9,13 @@ round trip. Allowed decisions are never cached, nor degraded ones (Redis did not
 answer); an admission by Redis drops the identity's cached rejection (its retry
 would be stale); `check_many` always asks Redis.
 
+`peek` uses the cache as `check` does, since it must answer what a check would: a
+cached rejection answers it, and a rejection Redis gave it is remembered (the state
+it was decided on is the one a rejected check leaves: it writes nothing either). An
+admission Redis gave a peek drops nothing: it added no entry, so a cached rejection's
+retry is still exact. `reset` drops the identity's cached rejection, in this limiter
+only: other processes' caches keep theirs until its retry has passed.
+
 Why the decision is exact (the same answer Redis would give at that moment):
 
 - Sliding log (`algorithm "log"`). A rejection at time t0 means the set held

@@ -19,6 +19,9 @@ it asks for (`run`, `arun`), so every rule here holds for all of them:
   plus once per resend.
 - `wait`, a WAIT command, closes every round trip that calls a script, on the same
   connection, so that its count covers the writes before it.
+- A peek is a check (`check`) of the limiter's read-only script, with no WAIT (it
+  writes nothing) and no resend count (a peek sent twice charges nothing); a reset is
+  one UNLINK (`command`), which may run twice with the same effect.
 """
 
 from __future__ import annotations
@@ -114,6 +117,20 @@ def check(
             commands = [("SCRIPT", "LOAD", script.script), ("EVALSHA", script.sha, *call), *tail]
         else:  # flushed again between the load and the call: EVAL carries the script
             commands = [("EVAL", script.script, *call), *tail]
+
+
+def command(command: Command, retry_within: float) -> Plan:
+    """One plain command that may safely run twice (a reset's UNLINK): sent once more,
+    on a fresh connection, after a dropped connection within `retry_within` seconds.
+    Returns its reply, which may be an error reply."""
+    started = time.monotonic()
+    try:
+        replies = yield [command]
+    except _DROPPED:
+        if time.monotonic() - started > retry_within:
+            raise
+        replies = yield [command]
+    return replies[0]
 
 
 def batch(

@@ -30,6 +30,11 @@ from .backends import is_embedded
 # embedded fakeredis cannot parse it and gets the plain source.
 SHEBANG = "#!lua\n"
 
+# A peek's script (the same text with the constant `dry` = 1, see prelude.lua) is
+# declared read-only: Redis refuses any write it tried, runs it on a full server, and
+# lets a read-only replica run it.
+READ_ONLY_SHEBANG = "#!lua flags=no-writes\n"
+
 # The oldest Redis that runs a script with a shebang (and SET with both NX and GET).
 MIN_REDIS_VERSION = (7, 0, 0)
 
@@ -72,6 +77,10 @@ def header(constants: dict[str, Constant]) -> str:
 
 def for_client(name: str, client: Any, constants: dict[str, Constant] | None = None) -> str:
     """The script `name` as `client` should load it: with the shebang on a real Redis
-    (not on the embedded fakeredis), and `constants` written in front of the prelude."""
-    text = header(constants or {}) + source(name)
-    return text if is_embedded(client) else SHEBANG + text
+    (not on the embedded fakeredis), and `constants` written in front of the prelude.
+    With the constant `dry` = 1 (a peek's script) the shebang declares it read-only."""
+    constants = constants or {}
+    text = header(constants) + source(name)
+    if is_embedded(client):
+        return text
+    return (READ_ONLY_SHEBANG if constants.get("dry") == 1 else SHEBANG) + text

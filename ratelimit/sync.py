@@ -97,6 +97,29 @@ class SyncLimiter(LimiterBase):
             return self._unavailable(exc)
         return self._decided(reply, keys, args, sent)
 
+    def peek(self, identity: str | bytes, cost: int = 1) -> Decision:
+        """What `check(identity, cost)` would return now, changing nothing in Redis; see
+        `ratelimit.limiters.AsyncLimiter.peek`."""
+        keys, args = self._prepare(identity, cost)
+        cached, sent = self._lookup(keys, args)
+        if cached is not None:
+            return cached  # what check would answer too
+        try:
+            result = plan.run(self._peek_plan(keys, args), self._send, keys[0])
+            reply = self._peek_reply(result)
+        except UNAVAILABLE as exc:
+            return self._peek_unavailable(exc)
+        return self._peeked(reply, keys, args, sent)
+
+    def reset(self, identity: str | bytes) -> bool:
+        """Forget `identity` under this limiter (a fresh budget); True when there was
+        state to delete; see `ratelimit.limiters.AsyncLimiter.reset`."""
+        key = self._reset_key(identity)
+        try:
+            return self._reset_done(plan.run(self._reset_plan(key), self._send, key))
+        except UNAVAILABLE as exc:
+            raise self._reset_failed(exc) from exc
+
     def check_many(
         self, identities: Iterable[str | bytes], costs: int | Iterable[int] = 1
     ) -> list[Decision]:

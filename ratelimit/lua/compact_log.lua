@@ -103,24 +103,27 @@ if bound then
     elseif k == tc then
       t = t or redis.call('HGET', key, 't')
       t = string.sub(t, 1, first * 6) .. string.rep(stamp, n) .. string.sub(t, 1 + (first + n) * 6)
-      redis.call('HSET', key, 't', t)
+      if dry == 0 then redis.call('HSET', key, 't', t) end
     else
       local str = loaded[k] or redis.call('HGET', key, tostring(k))
       loaded[k] = string.sub(str, 1, first * 6) .. string.rep(stamp, n) .. string.sub(str, 1 + (first + n) * 6)
-      redis.call('HSET', key, tostring(k), loaded[k])
+      if dry == 0 then redis.call('HSET', key, tostring(k), loaded[k]) end
     end
   end
   if lo == b then
     o = bound
     h = string.sub(h, 1, 12) .. stamp .. string.sub(h, 19)
   end
-  redis.call('HSET', key, 'h', h)
   newest = bound
   at = now
   if newest > at then at = newest end
   edge = at - window
-  -- The key lives until the moved entries leave the window, as if written at the bound.
-  redis.call('PEXPIRE', key, at + window - now + ttl_slack)
+  -- A peek keeps the rewritten chunks in h, t and loaded only, which `entry` reads.
+  if dry == 0 then
+    redis.call('HSET', key, 'h', h)
+    -- The key lives until the moved entries leave the window, as if written at the bound.
+    redis.call('PEXPIRE', key, at + window - now + ttl_slack)
+  end
 end
 
 local moved = false -- whether b moved past entries that have left
@@ -157,6 +160,12 @@ if count + cost > limit then
   local remaining = limit - count
   if remaining < 0 then remaining = 0 end
   ok, left, retry_ms, reset_ms, decided_at = 0, remaining, blocking + window - now, newest + window - now, at
+  break
+end
+
+if dry == 1 then
+  -- A peek: the admission the check would make, without appending its entries.
+  ok, left, retry_ms, reset_ms, decided_at = 1, limit - count - cost, 0, at + window - now, at
   break
 end
 

@@ -15,13 +15,20 @@
 
 local opening = ARGV[3]
 if not sent then opening = math.floor(now / window) % P * M + cost end
-local stored = redis.pcall('SET', key, opening, 'NX', 'GET', 'PX', ttl)
+local stored
+if dry == 0 then
+  stored = redis.pcall('SET', key, opening, 'NX', 'GET', 'PX', ttl)
+else
+  stored = redis.pcall('GET', key) -- a peek reads without opening anything
+end
 if type(stored) == 'table' then
   -- Only a key of another type is replaced (an earlier version kept a hash here):
   -- this identity's count starts again. Any other error goes back as it is.
   if not string.find(tostring(stored.err), 'WRONGTYPE', 1, true) then return stored end
-  redis.call('DEL', key)
-  redis.call('SET', key, opening, 'PX', ttl)
+  if dry == 0 then
+    redis.call('DEL', key)
+    redis.call('SET', key, opening, 'PX', ttl)
+  end
   stored = false
 end
 if not stored then
@@ -38,7 +45,7 @@ local stored_number = math.floor(stored / M)
 local behind = (number % P - stored_number) % P
 if behind ~= 0 and behind < P / 2 then
   -- A count from an earlier window: this request opens its own.
-  redis.call('SET', key, opening, 'PX', ttl)
+  if dry == 0 then redis.call('SET', key, opening, 'PX', ttl) end
   ok, left, retry_ms, reset_ms, decided_at = 1, limit - cost, 0, (number + 1) * window - now, now
   break
 end
@@ -60,7 +67,9 @@ if behind ~= 0 then
       number = math.max(trusted, math.floor(now / window))
       stored = number % P * M + stored - stored_number * M
       stored_number = number % P
-      redis.call('SET', key, stored, 'PX', (number + 1) * window - now + ttl_slack)
+      if dry == 0 then
+        redis.call('SET', key, stored, 'PX', (number + 1) * window - now + ttl_slack)
+      end
     end
   end
 end
@@ -74,5 +83,5 @@ if used > limit then
   ok, left, retry_ms, reset_ms, decided_at = 0, remaining, reset, reset, now
   break
 end
-redis.call('INCRBY', key, ARGV[2])
+if dry == 0 then redis.call('INCRBY', key, ARGV[2]) end
 ok, left, retry_ms, reset_ms, decided_at = 1, limit - used, 0, reset, now

@@ -14,7 +14,12 @@
 local EPSILON = 0.001
 local opening = ARGV[3]
 if not sent then opening = now + interval * cost end
-local stored = redis.call('SET', key, opening, 'NX', 'GET', 'PX', ttl)
+local stored
+if dry == 0 then
+  stored = redis.call('SET', key, opening, 'NX', 'GET', 'PX', ttl)
+else
+  stored = redis.call('GET', key) -- a peek reads without opening anything
+end
 local tat = now
 if stored then
   tat = stored + 0
@@ -29,7 +34,7 @@ if stored then
     end
     if tat > bound + tolerance then
       tat = math.max(bound + tolerance, now)
-      redis.call('SET', key, tat, 'PX', math.ceil(tat - now) + 1 + ttl_slack)
+      if dry == 0 then redis.call('SET', key, tat, 'PX', math.ceil(tat - now) + 1 + ttl_slack) end
     end
   end
 end
@@ -45,7 +50,7 @@ if allow_at - now > EPSILON then
   break
 end
 
-if stored then
+if stored and dry == 0 then
   -- A TAT in the past starts from now, as a key that held nothing: ARGV[3] again.
   -- Otherwise a number argument reaches Redis as %.17g, which round-trips a double
   -- exactly. The TAT is at most the tolerance ahead of now, so the key outlives it.

@@ -16,6 +16,13 @@
 --              that is behind changes nothing: the stored times are within the bound.
 --   judge      1: the bound is Redis's clock + skew; 0: the check's own time + skew (a
 --              limiter on an injected clock, whose times are not Redis's)
+--   dry        0: a check; 1: a peek, which decides exactly as the check would at the
+--              same time and cost but writes nothing (no write, no TTL change). Its
+--              script is the same text with dry = 1, declared read-only to Redis
+--              (`#!lua flags=no-writes`), so Redis itself refuses any write it tried.
+--              Where a check reads with a write (SET NX GET), a peek reads (GET), and
+--              where a check would rewrite state before deciding (times beyond the
+--              clock bound), a peek decides on the rewritten values held in Lua.
 -- and whatever the algorithm's own file names. A check sends:
 --   KEYS[1]  the identity's key
 --   ARGV[1]  now in ms, or "" to read the server's clock (TIME)

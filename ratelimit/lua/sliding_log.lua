@@ -20,19 +20,22 @@ if skew >= 0 and newest > now + skew then
     bound = t[1] * 1000 + math.floor(t[2] / 1000) + skew
   end
   if newest > bound then
-    -- Entries beyond the bound move back to it (ZADD XX: scores only, in batches).
-    local ahead = redis.call('ZRANGEBYSCORE', key, '(' .. bound, '+inf')
-    for i = 1, #ahead, 500 do
-      local moved = {}
-      for j = i, math.min(i + 499, #ahead) do
-        moved[#moved + 1] = bound
-        moved[#moved + 1] = ahead[j]
+    -- Entries beyond the bound move back to it (ZADD XX: scores only, in batches). A
+    -- peek moves none: below, a score read beyond `newest` counts as `newest`.
+    if dry == 0 then
+      local ahead = redis.call('ZRANGEBYSCORE', key, '(' .. bound, '+inf')
+      for i = 1, #ahead, 500 do
+        local moved = {}
+        for j = i, math.min(i + 499, #ahead) do
+          moved[#moved + 1] = bound
+          moved[#moved + 1] = ahead[j]
+        end
+        redis.call('ZADD', key, 'XX', unpack(moved))
       end
-      redis.call('ZADD', key, 'XX', unpack(moved))
+      -- The key lives until they leave the window, as if written at the bound.
+      redis.call('PEXPIRE', key, math.max(now, bound) + window - now + ttl_slack)
     end
     newest = bound
-    -- The key lives until they leave the window, as if written at the bound.
-    redis.call('PEXPIRE', key, math.max(now, bound) + window - now + ttl_slack)
   end
 end
 local at = now
@@ -50,7 +53,16 @@ if count + cost > limit then
     'LIMIT', count + cost - limit - 1, 1)
   local remaining = limit - count
   if remaining < 0 then remaining = 0 end
-  ok, left, retry_ms, reset_ms, decided_at = 0, remaining, blocking[2] + window - now, newest + window - now, at
+  -- (A moved entry's score is `newest`; only a peek, which moved none, reads more.)
+  blocking = blocking[2] + 0
+  if blocking > newest then blocking = newest end
+  ok, left, retry_ms, reset_ms, decided_at = 0, remaining, blocking + window - now, newest + window - now, at
+  break
+end
+
+if dry == 1 then
+  -- A peek: the admission the check would make, without the trim or the entries.
+  ok, left, retry_ms, reset_ms, decided_at = 1, limit - count - cost, 0, at + window - now, at
   break
 end
 

@@ -9,13 +9,20 @@
 local opening = ARGV[3]
 if not sent then opening = math.floor(now / window) .. ':' .. cost .. ':0' end
 local w, c, p -- the stored state; w is nil for a new key
-local stored = redis.pcall('SET', key, opening, 'NX', 'GET', 'PX', ttl)
+local stored
+if dry == 0 then
+  stored = redis.pcall('SET', key, opening, 'NX', 'GET', 'PX', ttl)
+else
+  stored = redis.pcall('GET', key) -- a peek reads without opening anything
+end
 if type(stored) == 'table' then
   -- Only a key of another type is dropped (an earlier version kept a hash here):
   -- this identity's counts start again. Any other error goes back as it is.
   if not string.find(tostring(stored.err), 'WRONGTYPE', 1, true) then return stored end
-  redis.call('DEL', key)
-  redis.call('SET', key, opening, 'PX', ttl)
+  if dry == 0 then
+    redis.call('DEL', key)
+    redis.call('SET', key, opening, 'PX', ttl)
+  end
   stored = false
 end
 if not stored then
@@ -75,7 +82,9 @@ end
 
 cur = cur + cost
 local reset = reset_at(now, cur, prev)
-if cur == cost and prev == 0 then
+if dry == 1 then
+  -- A peek: the admission the check would make, without its SET.
+elseif cur == cost and prev == 0 then
   redis.call('SET', key, opening, 'PX', ttl) -- all aged out: as a key that held nothing
 else
   redis.call('SET', key, number .. ':' .. cur .. ':' .. prev, 'PX', ttl)

@@ -19,6 +19,20 @@ async def check(limiter: Any, identity: Any, cost: Any = 1) -> Decision:
     return await limiter.check(identity, cost=cost)
 
 
+async def peek(limiter: Any, identity: Any, cost: Any = 1) -> Decision:
+    """`peek`, the same way."""
+    if isinstance(limiter, ratelimit.sync.SyncLimiter):
+        return await asyncio.to_thread(limiter.peek, identity, cost)
+    return await limiter.peek(identity, cost=cost)
+
+
+async def reset(limiter: Any, identity: Any) -> bool:
+    """`reset`, the same way."""
+    if isinstance(limiter, ratelimit.sync.SyncLimiter):
+        return await asyncio.to_thread(limiter.reset, identity)
+    return await limiter.reset(identity)
+
+
 async def check_many(limiter: Any, identities: list[str], costs: Any = 1) -> list[Decision]:
     """`check_many`, the same way."""
     if isinstance(limiter, ratelimit.sync.SyncLimiter):

@@ -2,7 +2,7 @@
 
 A user created with exactly `acl.rule(PREFIX)` runs every limiter (the four algorithms,
 the compact log and the concurrency leases, asyncio and sync): single checks,
-`check_many`, concurrent checks batched by the auto-pipeline, the rare script paths (a
+`check_many`, concurrent checks batched by the auto-pipeline, peeks and resets, the rare script paths (a
 compact log moving past chunks and emptying, a key of another type, Redis's own clock)
 and recovery from SCRIPT FLUSH, including the EVAL fallback when a second flush lands
 during the reload; and it decides exactly as the same workload does on an admin
@@ -54,7 +54,7 @@ def test_the_rule_is_the_key_pattern_and_the_commands():
     granted = [part[1:] for part in text.split() if part.startswith("+")]
     assert granted == acl.commands()
     assert len(set(granted)) == len(granted)  # no duplicates
-    assert granted[:3] == ["evalsha", "eval", "script|load"]
+    assert granted[:4] == ["evalsha", "eval", "script|load", "unlink"]
     assert set(acl.script_commands()) <= set(granted)
     assert all(name == name.lower() for name in granted)
 
@@ -228,7 +228,7 @@ async def test_a_user_with_exactly_the_rule_runs_every_limiter_like_an_admin(
     mine = await run_workload(kind, user_url(server), admin, PREFIX, "raise")
     theirs = await run_workload(kind, server.url, admin, ADMIN_PREFIX, "raise")
 
-    assert mine.failures == [] and caplog.records == []
+    assert mine.failures == [] and mine.reset_failures == [] and caplog.records == []
     assert mine.outcomes == theirs.outcomes
     allowed = [o for _, o in mine.outcomes if isinstance(o, Decision) and o.allowed]
     rejected = [o for _, o in mine.outcomes if isinstance(o, Decision) and not o.allowed]
@@ -260,14 +260,16 @@ async def test_a_missing_permission_gets_the_failure_policy_naming_it(
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="ratelimit"):
             work = await run_workload(kind, user_url(server), admin, PREFIX, on_error)
-        assert work.failures, f"nothing needed {permission} ({on_error})"
+        assert work.failures or work.reset_failures, f"nothing needed {permission} ({on_error})"
+        for failure in work.reset_failures:  # a reset that failed raises, whatever on_error
+            assert named in str(failure), str(failure)
         if on_error == "raise":
             for failure in work.failures:
                 assert isinstance(failure, RateLimiterUnavailable), failure
                 assert named in str(failure), str(failure)
             continue
         warnings = [r.getMessage() for r in caplog.records if r.name == "ratelimit"]
-        assert len(warnings) == len(work.failures)
+        assert len(warnings) == len(work.failures) + len(work.reset_failures)
         for message in warnings:
             assert named in message, message
         for failure in work.failures:

@@ -187,3 +187,21 @@ def test_resent_is_told_which_calls_of_a_batch_went_again():
     wanted = lambda i: i not in gone  # noqa: E731
     out = plan.run(plan.batch(calls(3), None, 60.0, wanted, told.append), send, None)
     assert told == [[0, 2]] and [c[3] for c in send.sent[1]] == ["k0", "k2"]
+
+
+def test_a_reset_is_one_command_retried_once_after_a_drop():
+    unlink = ("UNLINK", "k")
+    send = Scripted([1])
+    assert plan.run(plan.command(unlink, 60.0), send, "k") == 1
+    assert send.sent == [[unlink]]
+    send = Scripted(DROPPED, [0])  # UNLINK run twice deletes the same key: safe to resend
+    assert plan.run(plan.command(unlink, 60.0), send, "k") == 0
+    assert send.sent == [[unlink], [unlink]]
+    with pytest.raises(redis.exceptions.ConnectionError):
+        plan.run(plan.command(unlink, 60.0), Scripted(DROPPED, DROPPED), "k")
+    send = Scripted(DROPPED, [1])
+    with pytest.raises(redis.exceptions.ConnectionError):
+        plan.run(plan.command(unlink, -1.0), send, "k")  # outside the window
+    assert len(send.sent) == 1
+    error = redis.exceptions.NoPermissionError("NOPERM unlink")
+    assert plan.run(plan.command(unlink, 60.0), Scripted([error]), "k") is error

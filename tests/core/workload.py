@@ -1,7 +1,7 @@
 """A workload that makes every kind of check every limiter makes, on one client: the
 four algorithms and the compact log, concurrency leases (acquire, a rejection, renew,
 release, expiry), single checks, `check_many`, concurrent checks
-(auto-pipelined for asyncio), the rare script paths, Redis's own clock, and recovery
+(auto-pipelined for asyncio), peeks and resets, the rare script paths, Redis's own clock, and recovery
 from SCRIPT FLUSH (also a second flush during the reload, which goes by EVAL). Its
 outcomes compare across connections (an ACL user and an admin, TLS and plain TCP)."""
 
@@ -16,7 +16,7 @@ import redis
 import ratelimit
 from ratelimit import Decision, RateLimiterUnavailable, algorithms
 from ratelimit.clock import ManualClock
-from tests.core.checks import check, check_many
+from tests.core.checks import check, check_many, peek, reset
 
 SPECS = [*algorithms.NAMES, algorithms.COMPACT_LOG.name]
 
@@ -32,6 +32,8 @@ class Workload:
         self.prefix, self.on_error = prefix, on_error
         self.outcomes: list[tuple[str, Any]] = []  # (step, normalised outcome)
         self.failures: list[Outcome] = []
+        # Resets Redis could not carry out: RateLimiterUnavailable whatever on_error says.
+        self.reset_failures: list[RateLimiterUnavailable] = []
 
     def limiter(self, spec: str, window: float, limit: int, **options: Any) -> Any:
         return algorithms.get(spec).build(
@@ -54,6 +56,22 @@ class Workload:
         except RateLimiterUnavailable as exc:
             outcome = exc
         self._record(step, outcome, exact)
+
+    async def peek(self, step: str, limiter: Any, who: str, cost: int = 1) -> None:
+        try:
+            outcome: Outcome = await peek(limiter, who, cost)
+        except RateLimiterUnavailable as exc:
+            outcome = exc
+        self._record(step, outcome)
+
+    async def reset(self, step: str, limiter: Any, who: str) -> None:
+        try:
+            done = await reset(limiter, who)
+        except RateLimiterUnavailable as exc:
+            self.reset_failures.append(exc)
+            self.outcomes.append((step, "failed"))
+            return
+        self.outcomes.append((step, done))
 
     async def many(self, step: str, limiter: Any, who: list[str]) -> None:
         try:
@@ -92,6 +110,12 @@ class Workload:
             await self.together(f"{spec} together", lim, ["c", "d", "d", "e", "a", "d"])
             clock.advance(1.5)
             await self.one(f"{spec} later", lim, "a")
+            # A peek on a full identity and on a fresh one, then a reset of each.
+            await self.peek(f"{spec} peek", lim, "d")
+            await self.peek(f"{spec} peek", lim, "p", 2)
+            await self.reset(f"{spec} reset", lim, "d")
+            await self.reset(f"{spec} reset", lim, "p")
+            await self.one(f"{spec} after reset", lim, "d")
             # Redis's own clock: TIME in the script.
             on_redis = self.limiter(spec, 60, 2, clock="redis")
             for _ in range(3):
@@ -121,6 +145,8 @@ class Workload:
             lim = self.limiter(spec, 1, 5, clock=ManualClock(4_000_000.0))
             admin.script_flush()
             await self.one(f"{spec} flushed", lim, "n")
+            admin.script_flush()
+            await self.peek(f"{spec} flushed peek", lim, "n")
             admin.script_flush()
             await self.many(f"{spec} flushed many", lim, ["n", "m"])
             admin.script_flush()

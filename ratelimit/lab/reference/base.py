@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ratelimit import clock as clocks
@@ -63,10 +64,30 @@ class ReferenceLimiter(Policy):
         allowed, remaining, retry, reset = self.run(who, [self.now_ms()], [cost])
         return Decision(allowed[0], self.limit, remaining[0], retry[0], reset[0])
 
+    def peek(self, identity: str | bytes, cost: int = 1) -> Decision:
+        """What `check` would return now, changing no state (as the scripts' peek)."""
+        who = keys.identity_bytes(identity)
+        cost = self.validate_cost(cost)
+        missing = who not in self.state
+        saved = copy.deepcopy(self.state.get(who))  # the log's stamps are a list
+        try:
+            allowed, remaining, retry, reset = self.run(who, [self.now_ms()], [cost])
+        finally:
+            if missing:
+                self.state.pop(who, None)
+            else:
+                self.state[who] = saved
+        return Decision(allowed[0], self.limit, remaining[0], retry[0], reset[0])
+
     def run(self, identity: bytes, times_ms: list[int], costs: list[int]) -> Outcome:
         """Decide a run of one identity's requests (whole ms, valid costs), in order."""
         raise NotImplementedError
 
-    def reset(self) -> None:
-        """Forget every identity's state."""
-        self.state.clear()
+    def reset(self, identity: str | bytes | None = None) -> bool:
+        """Forget `identity`'s state (a fresh budget), or every identity's with None;
+        True when there was state to forget, as the Redis limiters' `reset`."""
+        if identity is None:
+            had = bool(self.state)
+            self.state.clear()
+            return had
+        return self.state.pop(keys.identity_bytes(identity), None) is not None
