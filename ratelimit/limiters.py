@@ -377,6 +377,14 @@ class ConcurrencyLimiter(LeaseCore, AsyncLimiter):
         lease)."""
         return await self.check(identity)
 
+    async def peek(self, identity: str | bytes, cost: int = 1) -> Decision:
+        """Not for leases: a lease is taken or not, there is no budget to preview (and
+        the lease script has no read-only path). TypeError."""
+        raise TypeError(
+            "ConcurrencyLimiter has no peek: acquire a lease, or count the identity's "
+            "leases with ZCARD on limiter.key_for(identity)"
+        )
+
     async def release(self, identity: str | bytes, lease: str | None) -> bool:
         """End a lease: True if it was held, False if it had expired, was released
         already or is None (a degraded admit's). When Redis cannot answer: raises

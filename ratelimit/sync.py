@@ -301,6 +301,14 @@ class ConcurrencyLimiter(LeaseCore, SyncLimiter):
         """Take a lease; see `ratelimit.limiters.ConcurrencyLimiter.acquire`."""
         return self.check(identity)
 
+    def peek(self, identity: str | bytes, cost: int = 1) -> Decision:
+        """Not for leases: a lease is taken or not, there is no budget to preview (and
+        the lease script has no read-only path). TypeError."""
+        raise TypeError(
+            "ConcurrencyLimiter has no peek: acquire a lease, or count the identity's "
+            "leases with ZCARD on limiter.key_for(identity)"
+        )
+
     def release(self, identity: str | bytes, lease: str | None) -> bool:
         """End a lease; see `ratelimit.limiters.ConcurrencyLimiter.release`."""
         if lease is None:

@@ -399,3 +399,17 @@ def test_commands_per_path_match_info_commandstats(private_redis, redis_clock):
     assert sum(inner.values()) == counts.opening + counts.admit + counts.reject + 1 + time_calls
     assert inner["cmdstat_zrem"] == 1 and inner.get("cmdstat_time", 0) == time_calls
     client.close()
+
+
+@MODES
+async def test_a_lease_has_no_peek_and_reset_forgets_every_lease(mode, either, prefix):
+    limiter = make(mode, either, 2, 10, prefix, clock=ManualClock(1_000.0))
+    for _ in range(2):
+        assert (await call(limiter, "acquire", "who")).allowed
+    assert not (await call(limiter, "acquire", "who")).allowed
+    with pytest.raises(TypeError, match="ConcurrencyLimiter has no peek"):
+        await call(limiter, "peek", "who")
+    assert await held(either, limiter.key_for("who")) == 2  # the refused peek sent nothing
+    assert await call(limiter, "reset", "who") is True
+    assert await held(either, limiter.key_for("who")) == 0
+    assert (await call(limiter, "acquire", "who")).allowed
