@@ -101,8 +101,10 @@ async def test_an_entry_beyond_the_tolerance_is_brought_back_to_it(client, prefi
     await ahead.check("alice")
     decision = await now.check("alice")
     assert decision.remaining == 8
-    assert 1000 < decision.reset_after_ms <= 2000 + 5
-    assert 1000 < await client.pttl(now.key_for("alice")) <= 2000 + 5
+    # Window + tolerance, plus a slack for the moments between the two checks' clocks
+    # (a few ms on a quiet machine, 10 measured beside two CPU burners).
+    assert 1000 < decision.reset_after_ms <= 2000 + 25
+    assert 1000 < await client.pttl(now.key_for("alice")) <= 2000 + 25
 
 
 def test_chunks_are_written_once_and_dropped_once_left_behind(sync_client, prefix):

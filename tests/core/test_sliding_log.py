@@ -111,8 +111,10 @@ async def test_an_entry_beyond_the_tolerance_is_brought_back_to_it(client, prefi
     await ahead.check("alice")
     decision = await now.check("alice")
     assert decision.remaining == 8  # both entries count
-    assert 1000 < decision.reset_after_ms <= 2000 + 5
-    assert 1000 < await client.pttl(now.key_for("alice")) <= 2000 + 5
+    # Window + tolerance, plus a slack for the moments between the two checks' clocks
+    # (a few ms on a quiet machine, 10 measured beside two CPU burners).
+    assert 1000 < decision.reset_after_ms <= 2000 + 25
+    assert 1000 < await client.pttl(now.key_for("alice")) <= 2000 + 25
 
 
 async def test_redis_clock_makes_skewed_replicas_agree(client, prefix):
