@@ -1,8 +1,8 @@
 """A workload that makes every kind of check every limiter makes, on one client: the
 four algorithms and the compact log, concurrency leases (acquire, a rejection, renew,
 release, expiry), single checks, `check_many`, concurrent checks
-(auto-pipelined for asyncio), peeks and resets, the rare script paths, Redis's own clock, and recovery
-from SCRIPT FLUSH (also a second flush during the reload, which goes by EVAL). Its
+(auto-pipelined for asyncio), peeks and resets, the rare script paths, Redis's own clock,
+and recovery from SCRIPT FLUSH (also a second flush during the reload, which goes by EVAL). Its
 outcomes compare across connections (an ACL user and an admin, TLS and plain TCP)."""
 
 from __future__ import annotations
