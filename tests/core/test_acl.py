@@ -2,14 +2,14 @@
 
 A user created with exactly `acl.rule(PREFIX)` runs every limiter (the four algorithms,
 the compact log and the concurrency leases, asyncio and sync): single checks,
-`check_many`, concurrent checks batched by the auto-pipeline, peeks and resets, the
-rare script paths (a compact log moving past chunks and emptying, a key of another
-type, Redis's own clock) and recovery from SCRIPT FLUSH, including the EVAL fallback when a second flush lands
-during the reload; and it decides exactly as the same workload does on an admin
-connection. Then each permission of the rule is taken away in turn: the same workload
-meets the failure policy (degraded decisions under allow/deny, RateLimiterUnavailable
-under raise), never another exception, and every message names the permission that is
-missing. So the rule is enough, and every part of it is needed.
+`check_many`, concurrent checks batched by the auto-pipeline, peeks and resets, the rare
+script paths (a compact log moving past chunks and emptying, a key of another type,
+Redis's own clock) and recovery from SCRIPT FLUSH, including the EVAL fallback when a
+second flush lands during the reload; and it decides exactly as the same workload does
+on an admin connection. Then each permission of the rule is taken away in turn: the same
+workload meets the failure policy (degraded decisions under allow/deny,
+RateLimiterUnavailable under raise), never another exception, and every message names
+the permission that is missing. So the rule is enough, and every part of it is needed.
 """
 
 from __future__ import annotations
