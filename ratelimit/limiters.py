@@ -358,6 +358,7 @@ class ConcurrencyLimiter(LeaseCore, AsyncLimiter):
         key_secret: bytes | None = None,
         ttl_slack_ms: int | None = None,
         clock_tolerance_ms: int | None = None,
+        near_cache: bool | int = False,
         wait_replicas: int = 0,
         auto_pipeline: bool = True,
     ) -> None:
@@ -365,7 +366,8 @@ class ConcurrencyLimiter(LeaseCore, AsyncLimiter):
             redis, limit, lease_seconds, prefix, lease_ms=lease_ms, clock=clock,
             on_error=on_error, timeout=timeout, readable_keys=readable_keys,
             key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
-            clock_tolerance_ms=clock_tolerance_ms, wait_replicas=wait_replicas,
+            clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
+            wait_replicas=wait_replicas,
             auto_pipeline=auto_pipeline,
         )  # fmt: skip
 

@@ -288,13 +288,15 @@ class ConcurrencyLimiter(LeaseCore, SyncLimiter):
         key_secret: bytes | None = None,
         ttl_slack_ms: int | None = None,
         clock_tolerance_ms: int | None = None,
+        near_cache: bool | int = False,
         wait_replicas: int = 0,
     ) -> None:
         super().__init__(
             redis, limit, lease_seconds, prefix, lease_ms=lease_ms, clock=clock,
             on_error=on_error, timeout=timeout, readable_keys=readable_keys,
             key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
-            clock_tolerance_ms=clock_tolerance_ms, wait_replicas=wait_replicas,
+            clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
+            wait_replicas=wait_replicas,
         )  # fmt: skip
 
     def acquire(self, identity: str | bytes) -> Decision:
