@@ -459,6 +459,10 @@ class LeaseCore(LimiterBase):
             raise ValueError("give lease_seconds or lease_ms, not both")
         if kwargs.get("near_cache"):
             raise ValueError("near_cache does not apply to leases: a release frees a slot")
+        if kwargs.get("plain_keys"):
+            # A plain key names no algorithm: a route's rate limit on the same prefix
+            # would write its log into the leases' set.
+            raise ValueError("plain_keys does not apply to leases: their key must name them")
         super().__init__(redis, None, limit, prefix, window_ms=lease_ms, clock=clock, **kwargs)
         self._max_cost = 1
 

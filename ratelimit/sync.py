@@ -285,6 +285,7 @@ class ConcurrencyLimiter(LeaseCore, SyncLimiter):
         on_error: OnError = "raise",
         timeout: float = 1.0,
         readable_keys: bool = False,
+        plain_keys: bool = False,
         key_secret: bytes | None = None,
         ttl_slack_ms: int | None = None,
         clock_tolerance_ms: int | None = None,
@@ -294,7 +295,7 @@ class ConcurrencyLimiter(LeaseCore, SyncLimiter):
         super().__init__(
             redis, limit, lease_seconds, prefix, lease_ms=lease_ms, clock=clock,
             on_error=on_error, timeout=timeout, readable_keys=readable_keys,
-            key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            plain_keys=plain_keys, key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
             clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
             wait_replicas=wait_replicas,
         )  # fmt: skip

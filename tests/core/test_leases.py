@@ -413,3 +413,9 @@ async def test_a_lease_has_no_peek_and_reset_forgets_every_lease(mode, either, p
     assert await call(limiter, "reset", "who") is True
     assert await held(either, limiter.key_for("who")) == 0
     assert (await call(limiter, "acquire", "who")).allowed
+
+
+def test_leases_refuse_plain_keys_that_would_share_a_routes_key():
+    client = ratelimit.connect(embedded=True)
+    with pytest.raises(ValueError, match="plain_keys does not apply to leases"):
+        ratelimit.ConcurrencyLimiter(client, 4, 30, plain_keys=True)
