@@ -269,6 +269,15 @@ def status_for(decision: Decision) -> int:
 # --- the dependency -----------------------------------------------------------------------
 
 
+def _check_scope(scope: Any, named_in: str) -> None:
+    """ValueError unless `scope` can name a policy (in `named_in`)."""
+    if not isinstance(scope, str) or not _SCOPE.fullmatch(scope):
+        raise ValueError(
+            "scope must be 1 to 64 characters of letters, digits, '.', '_' or '-' "
+            f"(it names the policy in {named_in}), got {scope!r}"
+        )
+
+
 @dataclass(frozen=True)
 class RateLimitInfo:
     """What the dependency hands the endpoint about an admitted request."""
@@ -314,11 +323,7 @@ class RateLimit:
         legacy_headers: bool = False,
         retry_after_ms_header: bool = True,
     ) -> None:
-        if not isinstance(scope, str) or not _SCOPE.fullmatch(scope):
-            raise ValueError(
-                "scope must be 1 to 64 characters of letters, digits, '.', '_' or '-' "
-                f"(it names the policy in the headers), got {scope!r}"
-            )
+        _check_scope(scope, "the headers")
         if not callable(getattr(limiter, "check", None)):
             raise ValueError(f"limiter must have a check(identity, cost) method, got {limiter!r}")
         self.identities = RequestIdentity(
@@ -641,11 +646,7 @@ class ConcurrencyLimit:
         retry_after_ms_header: bool = True,
         after: Any = None,
     ) -> None:
-        if not isinstance(scope, str) or not _SCOPE.fullmatch(scope):
-            raise ValueError(
-                "scope must be 1 to 64 characters of letters, digits, '.', '_' or '-' "
-                f"(it names the policy in problems), got {scope!r}"
-            )
+        _check_scope(scope, "problems")
         if after is not None and not callable(after):
             raise ValueError(f"after must be a dependency (a callable), got {after!r}")
         if not all(callable(getattr(limiter, name, None)) for name in ("acquire", "release")):

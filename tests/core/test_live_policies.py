@@ -17,7 +17,6 @@ from typing import Any
 import fakeredis
 import pytest
 import redis
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
@@ -25,6 +24,7 @@ import ratelimit.lab  # noqa: F401  (registers the reference models)
 import ratelimit.sync
 from ratelimit import algorithms
 from ratelimit.clock import ManualClock
+from tests.core.machines import run_machine
 
 # Every storage a limiter can keep: the four algorithms and the compact log.
 ENTRIES = [algorithms.get(name) for name in ("logc", "log", "fw", "swc", "gcra")]
@@ -112,15 +112,7 @@ class LivePolicies(RuleBasedStateMachine):
 
 
 def _run(client: Any) -> None:
-    LivePolicies.client = client
-    case = LivePolicies.TestCase
-    case.settings = settings(
-        max_examples=200,
-        stateful_step_count=50,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-    case().runTest()
+    run_machine(LivePolicies, client, examples=200, steps=50)
 
 
 def test_policy_changes_on_live_keys_embedded():

@@ -22,7 +22,6 @@ from typing import Any
 import fakeredis
 import pytest
 import redis
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
@@ -32,6 +31,7 @@ import ratelimit.sync
 from ratelimit import Decision, RateLimiterUnavailable, algorithms, scripts
 from ratelimit.clock import ManualClock
 from tests.core.checks import check, peek, reset
+from tests.core.machines import run_machine
 
 ENTRIES = [algorithms.get(name) for name in ("logc", "log", "fw", "swc", "gcra")]
 IDS = [entry.name for entry in ENTRIES]
@@ -344,15 +344,7 @@ class PeekResetMachine(RuleBasedStateMachine):
 
 
 def _run(client: Any) -> None:
-    PeekResetMachine.client = client
-    case = PeekResetMachine.TestCase
-    case.settings = settings(
-        max_examples=120,
-        stateful_step_count=40,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-    case().runTest()
+    run_machine(PeekResetMachine, client, examples=120, steps=40)
 
 
 def test_peek_and_reset_match_the_model_embedded():
