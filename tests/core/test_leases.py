@@ -290,7 +290,7 @@ async def test_redis_down_follows_the_failure_policy(mode, caplog):
 async def test_a_release_that_fails_never_raises_into_holds_exit(prefix, caplog):
     """on_error="raise": the acquire succeeded, then Redis went away (here: the release
     is made to fail); leaving `hold` logs the failure and does not raise."""
-    client = ratelimit.connect()
+    client = ratelimit.connect(embedded=True)
     limiter = ConcurrencyLimiter(client, 1, 30, prefix, on_error="raise")
 
     async def broken(*args: Any) -> Any:
@@ -309,7 +309,8 @@ async def test_a_release_that_fails_never_raises_into_holds_exit(prefix, caplog)
 
 
 def test_keys_carry_the_lease_tag_and_lifetime(prefix):
-    limiter = ratelimit.sync.ConcurrencyLimiter(ratelimit.connect_sync(), 4, 30, prefix)
+    embedded = ratelimit.connect_sync(embedded=True)
+    limiter = ratelimit.sync.ConcurrencyLimiter(embedded, 4, 30, prefix)
     key = limiter.key_for("api-key")
     assert key.startswith(f"{prefix}:lease:30000:{{") and key.endswith("}")
     assert algorithms.get("lease") is algorithms.LEASES is limiter.algorithm
@@ -317,7 +318,7 @@ def test_keys_carry_the_lease_tag_and_lifetime(prefix):
         limiter.key_for("geofence:key:k")
     )
     # A rate limiter of the same identity, prefix and window has another key.
-    rate = ratelimit.sync.SlidingWindowLimiter(ratelimit.connect_sync(), 30, 4, prefix)
+    rate = ratelimit.sync.SlidingWindowLimiter(ratelimit.connect_sync(embedded=True), 30, 4, prefix)
     assert rate.key_for("api-key") != key
     assert limiter.with_options(limit=9).key_for("api-key") == key  # a new limit keeps it
     assert limiter.with_options(limit=9).limit == 9
@@ -362,11 +363,12 @@ async def test_on_a_cluster_a_lease_is_one_key_in_one_slot(mode, cluster, prefix
 )
 def test_bad_options_name_the_parameter(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        ratelimit.sync.ConcurrencyLimiter(ratelimit.connect_sync(), **kwargs)
+        ratelimit.sync.ConcurrencyLimiter(ratelimit.connect_sync(embedded=True), **kwargs)
 
 
 def test_bad_calls_name_the_parameter(prefix):
-    limiter = ratelimit.sync.ConcurrencyLimiter(ratelimit.connect_sync(), 2, 30, prefix)
+    embedded = ratelimit.connect_sync(embedded=True)
+    limiter = ratelimit.sync.ConcurrencyLimiter(embedded, 2, 30, prefix)
     with pytest.raises(ValueError, match="cost must be 1"):
         limiter.check("who", 2)
     with pytest.raises(ValueError, match="lease must be"):

@@ -230,7 +230,7 @@ async def test_bad_identities_and_limiters_are_refused(limiter):
     with pytest.raises(ValueError, match="scope must be"):
         concurrency_limit(limiter, scope="has spaces")
     with pytest.raises(ValueError, match="acquire"):
-        concurrency_limit(ratelimit.SlidingWindowLimiter(ratelimit.connect(), 1, 10))
+        concurrency_limit(ratelimit.SlidingWindowLimiter(ratelimit.connect(embedded=True), 1, 10))
 
 
 async def test_the_demo_geofence_holds_four_leases_per_key_beside_its_rate(client, prefix):
