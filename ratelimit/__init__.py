@@ -6,6 +6,7 @@ for a synchronous `redis.Redis`. A limit is a rate string or a `Rate`
 (`SlidingWindowLimiter(redis, "10/s")`, see `parse_rate`) or a window and a limit
 (`SlidingWindowLimiter(redis, 1, 10)`). `ConcurrencyLimiter` bounds requests in flight
 rather than a rate: each holds a lease until released (`ratelimit/lua/leases.lua`).
+`TieredLimiter` puts several rates on one identity at once ("10/s" and "1000/h").
 `connect()` gives a client for `REDIS_URL`, or an
 embedded fakeredis when none is set. `ratelimit.http` puts a limiter on FastAPI routes.
 
@@ -23,6 +24,7 @@ from .limiters import (
     FixedWindowLimiter,
     SlidingWindowCounterLimiter,
     SlidingWindowLimiter,
+    TieredLimiter,
     TokenBucketLimiter,
 )
 from .rates import Rate, parse_rate, parse_rates
@@ -37,6 +39,7 @@ __all__ = [
     "Report",
     "SlidingWindowCounterLimiter",
     "SlidingWindowLimiter",
+    "TieredLimiter",
     "TokenBucketLimiter",
     "connect",
     "connect_sync",

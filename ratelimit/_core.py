@@ -106,15 +106,13 @@ class LimiterBase(Policy):
         )
         # The script carries this limiter's options as constants (see scripts.py); a
         # real Redis gets it behind the shebang.
-        constants = self.algorithm.constants(self)
+        constants = self._constants()
         script_client = self._client_for_script(redis)
-        self._script = script_client.register_script(
-            scripts.for_client(self.algorithm.script, redis, constants)
-        )
+        self._script = script_client.register_script(self._script_text(redis, constants))
         # A peek runs the same script with `dry` = 1: the same decision, no write, and
         # declared read-only to Redis (see lua/prelude.lua).
         self._peek_script = script_client.register_script(
-            scripts.for_client(self.algorithm.script, redis, {**constants, "dry": 1})
+            self._script_text(redis, {**constants, "dry": 1})
         )
         # The hot path calls EVALSHA on the client itself (see `_call`) and reads the
         # host's clock directly.
@@ -145,6 +143,14 @@ class LimiterBase(Policy):
         """`plan.Resent` for this limiter's own checks and batches."""
         with self._resends_lock:  # sync limiters are shared by threads
             self.resends += len(calls)
+
+    def _constants(self) -> dict[str, scripts.Constant]:
+        """What the script reads as constants (see lua/prelude.lua)."""
+        return self.algorithm.constants(self)
+
+    def _script_text(self, redis: Any, constants: dict[str, scripts.Constant]) -> str:
+        """The script this limiter loads, with `constants` (a peek's: `dry` = 1)."""
+        return scripts.for_client(self.algorithm.script, redis, constants)
 
     @property
     def script(self) -> str:
@@ -204,10 +210,11 @@ class LimiterBase(Policy):
         (it writes nothing) and no resend count (sent twice, it charges nothing)."""
         return plan.check(self._peek_script, keys, args, None, self._retry_within)
 
-    def _reset_plan(self, key: str) -> plan.Plan:
-        """The round trip of one reset: UNLINK the identity's key (its state is one key
-        for every algorithm; UNLINK frees a large log off Redis's main thread)."""
-        return plan.command(("UNLINK", key), self._retry_within)
+    def _reset_plan(self, keys: list[str]) -> plan.Plan:
+        """The round trip of one reset: UNLINK the identity's keys (one for every
+        algorithm, one per tier for tiers; UNLINK frees a large log off Redis's main
+        thread)."""
+        return plan.command(("UNLINK", *keys), self._retry_within)
 
     def _peek_reply(self, result: tuple[Any, Any]) -> Any:
         """A peek's raw reply; raises its error reply."""
@@ -233,16 +240,16 @@ class LimiterBase(Policy):
             cache.remember(keys[0], args[1], decision, sent, self._local_ms(args[0]))
         return decision
 
-    def _reset_key(self, identity: str | bytes) -> str:
+    def _reset_keys(self, identity: str | bytes) -> list[str]:
         key = self.key_for(identity)
         if self.near_cache is not None:
             # Before Redis is asked: a cached rejection must not outlive the state it
             # was decided on, even if the reset fails.
             self.near_cache.forget(key)
-        return key
+        return [key]
 
     def _reset_done(self, reply: Any) -> bool:
-        """Whether a reset's UNLINK removed a key; raises its error reply."""
+        """Whether a reset's UNLINK removed any key; raises its error reply."""
         if isinstance(reply, Exception):
             raise reply
         return bool(reply)

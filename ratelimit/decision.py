@@ -21,7 +21,10 @@ class Decision:
     ms since the epoch for the real ones); None for degraded decisions. It is left
     out of equality, so two identical answers given at different times compare equal.
     `lease` is the lease id an admitted `ConcurrencyLimiter.acquire` holds (to pass to
-    `release`); None for every other decision, and left out of equality too.
+    `release`); None for every other decision, and left out of equality too. `tier` is,
+    for a `TieredLimiter`'s decision made by Redis, the index in `limiter.rates` of the
+    tier that binds (whose limit, remaining and waits the decision carries); None for
+    every other decision.
     """
 
     allowed: bool
@@ -32,6 +35,7 @@ class Decision:
     degraded: bool = False
     decided_at_ms: int | None = field(default=None, compare=False)
     lease: str | None = field(default=None, compare=False)
+    tier: int | None = None
 
     @property
     def retry_after(self) -> int:

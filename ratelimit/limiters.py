@@ -42,6 +42,7 @@ from .backends import AsyncClient
 from .decision import Decision
 from .policy import GcraPolicy, LogPolicy, OnError
 from .rates import Rate
+from .tiers import TierAlgorithm, TieredCore
 
 
 class AsyncLimiter(LimiterBase):
@@ -155,10 +156,10 @@ class AsyncLimiter(LimiterBase):
         """Forget `identity` under this limiter: its key is deleted, so its next check
         finds a fresh budget. True when there was state to delete. Raises
         `RateLimiterUnavailable` when Redis cannot answer, whatever `on_error` says."""
-        key = self._reset_key(identity)
+        keys = self._reset_keys(identity)
         try:
             async with asyncio.timeout(self.timeout):
-                reply = await plan.arun(self._reset_plan(key), self._send, key)
+                reply = await plan.arun(self._reset_plan(keys), self._send, keys[0])
                 return self._reset_done(reply)
         except TimeoutError as exc:
             raise self._reset_failed(exc, self._no_answer()) from exc
@@ -433,3 +434,49 @@ class ConcurrencyLimiter(LeaseCore, AsyncLimiter):
             await self.release(identity, lease)
         except Exception as exc:  # on_error="raise": the lease expires by itself
             log.warning("lease not released (it expires by itself): %s", exc)
+
+
+class TieredLimiter(TieredCore, AsyncLimiter):
+    """Several limits on one identity at once, decided by one atomic script: a request
+    is admitted only if every tier admits it, and a rejected one spends nothing.
+
+        limiter = TieredLimiter(redis, ["10/s", "1000/h"])      # or "10/s; 1000/h"
+        decision = await limiter.check("api-key-123")
+        limiter.rates[decision.tier]                            # the tier that binds
+
+    `rates` are sorted shortest window first, one tier per window; every tier runs
+    `algorithm` ("log", the default, in `storage`; "fw", "swc" or "gcra") in its own
+    key, the key a single-rate limiter of that algorithm and window would use. The
+    decision is the binding tier's: for a rejection the one that asks the longest
+    wait, for an admission the one with the fewest units left. Takes the limiters'
+    options, except `near_cache` and `plain_keys` (each tier needs a key of its own).
+    """
+
+    def __init__(
+        self,
+        redis: AsyncClient,
+        rates: str | Rate | Iterable[str | Rate],
+        prefix: str = "rl",
+        *,
+        algorithm: TierAlgorithm = "log",
+        storage: LogStorage | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        near_cache: bool | int = False,
+        wait_replicas: int = 0,
+        auto_pipeline: bool = True,
+    ) -> None:
+        super().__init__(
+            redis, rates, prefix, algorithm=algorithm, storage=storage, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys,
+            plain_keys=plain_keys, key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
+            wait_replicas=wait_replicas,
+            auto_pipeline=auto_pipeline,
+        )  # fmt: skip

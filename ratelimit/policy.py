@@ -33,7 +33,7 @@ _FIXED = frozenset(
     {
         "algorithm", "window_ms", "limit", "prefix", "clock", "on_error", "timeout",
         "readable_keys", "ttl_slack_ms", "burst", "redis", "near_cache", "auto_pipeline",
-        "wait_replicas", "clock_tolerance_ms", "plain_keys",
+        "wait_replicas", "clock_tolerance_ms", "plain_keys", "rates", "tiers",
     }
 )  # fmt: skip
 
@@ -200,7 +200,7 @@ class Policy:
         if unknown:
             raise TypeError(f"{type(self).__name__} has no option(s) {', '.join(unknown)}")
         if "window_seconds" in changes:
-            del options["window_ms"]
+            options.pop("window_ms", None)
             if isinstance(changes["window_seconds"], (str, Rate)) and "limit" not in changes:
                 del options["limit"]  # the rate gives both
         options.update(changes)

@@ -84,3 +84,29 @@ def for_client(name: str, client: Any, constants: dict[str, Constant] | None = N
     if is_embedded(client):
         return text
     return (READ_ONLY_SHEBANG if constants.get("dry") == 1 else SHEBANG) + text
+
+
+def tiered(tiers: list[tuple[str, dict[str, Constant]]], client: Any, *, dry: int = 0) -> str:
+    """The script that decides several tiers at once (`lua/tiers.lua`): for each tier,
+    its algorithm's file `name` with its `constants`, as a function of `dry` on KEYS[i]
+    and ARGV[2 + i]; as `client` should load it (see `for_client`). `dry=1`: a peek's."""
+    parts = [header({"dry": dry}), _read("prelude"), "local tiers = {}\n"]
+    for i, (name, constants) in enumerate(tiers, start=1):
+        own = {k: v for k, v in constants.items() if k != "dry"}  # the function's argument
+        body = _read(name).rstrip("\n").replace("ARGV[3]", f"ARGV[{2 + i}]")
+        parts += [
+            f"tiers[{i}] = function(dry)\n",
+            header(own),
+            f"local key = KEYS[{i}]\n",
+            "local ok, left, retry_ms, reset_ms, decided_at\n",
+            "repeat\n",
+            body,
+            "\nuntil true\n",
+            "return ok, left, retry_ms, reset_ms, decided_at\n",
+            "end\n",
+        ]
+    parts.append(_read("tiers"))
+    text = "".join(parts)
+    if is_embedded(client):
+        return text
+    return (READ_ONLY_SHEBANG if dry == 1 else SHEBANG) + text

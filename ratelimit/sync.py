@@ -27,6 +27,7 @@ from .backends import SyncClient, bounded_client, connect_sync
 from .decision import Decision
 from .policy import GcraPolicy, LogPolicy, OnError
 from .rates import Rate
+from .tiers import TierAlgorithm, TieredCore
 
 RETRY_WITHIN = 0.1  # share of the timeout within which a failed attempt is retried
 
@@ -36,6 +37,7 @@ __all__ = [
     "SlidingWindowCounterLimiter",
     "SlidingWindowLimiter",
     "SyncLimiter",
+    "TieredLimiter",
     "TokenBucketLimiter",
     "connect_sync",
 ]
@@ -114,9 +116,9 @@ class SyncLimiter(LimiterBase):
     def reset(self, identity: str | bytes) -> bool:
         """Forget `identity` under this limiter (a fresh budget); True when there was
         state to delete; see `ratelimit.limiters.AsyncLimiter.reset`."""
-        key = self._reset_key(identity)
+        keys = self._reset_keys(identity)
         try:
-            return self._reset_done(plan.run(self._reset_plan(key), self._send, key))
+            return self._reset_done(plan.run(self._reset_plan(keys), self._send, keys[0]))
         except UNAVAILABLE as exc:
             raise self._reset_failed(exc) from exc
 
@@ -343,3 +345,47 @@ class ConcurrencyLimiter(LeaseCore, SyncLimiter):
                     self.release(identity, decision.lease)
                 except Exception as exc:  # on_error="raise": the lease expires by itself
                     log.warning("lease not released (it expires by itself): %s", exc)
+
+
+class TieredLimiter(TieredCore, SyncLimiter):
+    """Several limits on one identity at once, decided by one atomic script: a request
+    is admitted only if every tier admits it, and a rejected one spends nothing.
+
+        limiter = TieredLimiter(redis, ["10/s", "1000/h"])      # or "10/s; 1000/h"
+        decision = limiter.check("api-key-123")
+        limiter.rates[decision.tier]                            # the tier that binds
+
+    `rates` are sorted shortest window first, one tier per window; every tier runs
+    `algorithm` ("log", the default, in `storage`; "fw", "swc" or "gcra") in its own
+    key, the key a single-rate limiter of that algorithm and window would use. The
+    decision is the binding tier's: for a rejection the one that asks the longest
+    wait, for an admission the one with the fewest units left. Takes the limiters'
+    options, except `near_cache` and `plain_keys` (each tier needs a key of its own).
+    """
+
+    def __init__(
+        self,
+        redis: SyncClient,
+        rates: str | Rate | Iterable[str | Rate],
+        prefix: str = "rl",
+        *,
+        algorithm: TierAlgorithm = "log",
+        storage: LogStorage | None = None,
+        clock: clocks.Clock = clocks.DEFAULT,
+        on_error: OnError = "raise",
+        timeout: float = 1.0,
+        readable_keys: bool = False,
+        plain_keys: bool = False,
+        key_secret: bytes | None = None,
+        ttl_slack_ms: int | None = None,
+        clock_tolerance_ms: int | None = None,
+        near_cache: bool | int = False,
+        wait_replicas: int = 0,
+    ) -> None:
+        super().__init__(
+            redis, rates, prefix, algorithm=algorithm, storage=storage, clock=clock,
+            on_error=on_error, timeout=timeout, readable_keys=readable_keys,
+            plain_keys=plain_keys, key_secret=key_secret, ttl_slack_ms=ttl_slack_ms,
+            clock_tolerance_ms=clock_tolerance_ms, near_cache=near_cache,
+            wait_replicas=wait_replicas,
+        )  # fmt: skip
