@@ -138,8 +138,11 @@ async def test_a_client_that_does_not_trust_the_ca_gets_the_failure_policy(
                 caplog.clear()
                 with caplog.at_level(logging.WARNING, logger="ratelimit"):
                     outcomes, took = await _outcome(limiter, many)
-                # Refused at the handshake, well within the timeout (no hang).
-                assert took < timeout + 1.0, (spec, on_error, many, took)
+                # Refused at the handshake: the message below names the certificate,
+                # where a hang would end in a timeout. The bound only catches a hang
+                # that outlives every timeout (a busy machine took 2.2 s to load the
+                # system's CAs and refuse, so it is not a timing target).
+                assert took < 10 * timeout, (spec, on_error, many, took)
                 if on_error == "raise":
                     (failure,) = outcomes
                     assert isinstance(failure, RateLimiterUnavailable), failure
