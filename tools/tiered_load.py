@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import sys
 import time
 import uuid
@@ -142,7 +143,7 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
         for rate in limiter.rates
     }
     result = {
-        "command": "tools/tiered_load.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "tools/tiered_load.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "redis": "embedded" if ratelimit.is_embedded(redis) else args.redis_url,
         "tiers_header": route.policy,
         "algorithm": args.algorithm,
