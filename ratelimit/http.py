@@ -7,7 +7,7 @@ errors answered as `application/problem+json`.
 
     app = FastAPI()
     install(app)                                        # 429/503/4xx as problem+json
-    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(), 1, 10, on_error="deny")
+    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(), "10/s", on_error="deny")
     geofence = rate_limit(limiter, scope="geofence")    # one limiter for the app's lifetime
 
     @app.get("/within", dependencies=[Depends(geofence)])

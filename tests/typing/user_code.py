@@ -20,7 +20,7 @@ from ratelimit.http import RateLimitInfo, install, rate_limit
 async def quick_start() -> list[Decision]:
     """The README's quick start."""
     redis = ratelimit.connect(embedded=True)
-    limiter = ratelimit.SlidingWindowLimiter(redis, 1, 10)  # 10 per rolling second
+    limiter = ratelimit.SlidingWindowLimiter(redis, "10/s")  # 10 per rolling second
     decisions = []
     for _ in range(12):
         d = await limiter.check("api-key-123")
@@ -117,7 +117,7 @@ def make_app() -> FastAPI:
     """The FastAPI dependency, as ratelimit.http's docstring shows it."""
     app = FastAPI()
     install(app)
-    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(embedded=True), 1, 10)
+    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(embedded=True), "10/s")
     geofence = rate_limit(limiter, scope="geofence", cost=1, legacy_headers=True)
     blocking = ratelimit.sync.FixedWindowLimiter(ratelimit.connect_sync(embedded=True), "5/s")
     tiles = rate_limit(blocking, scope="tiles", trusted_proxies=["127.0.0.1"])
