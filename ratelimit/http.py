@@ -7,7 +7,7 @@ errors answered as `application/problem+json`.
 
     app = FastAPI()
     install(app)                                        # 429/503/4xx as problem+json
-    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(), 1, 10, on_error="deny")
+    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(), "10/s", on_error="deny")
     geofence = rate_limit(limiter, scope="geofence")    # one limiter for the app's lifetime
 
     @app.get("/within", dependencies=[Depends(geofence)])
@@ -73,6 +73,15 @@ available quota": the time until `r` next grows. It is sent when the decision sa
   says when the whole quota is back (`Decision.reset_after`), not when the first unit
   is (the log's oldest entry leaving), and `t` is optional in the draft.
 
+**Tiers.** With a `TieredLimiter` ("10/s" and "1000/h" on one identity) every tier is
+a policy of its own, named by the scope and its window, and `RateLimit-Policy` lists
+them all, shortest window first. `RateLimit` and `Retry-After` are the binding tier's
+(`Decision.tier`), and `RateLimit` names it: on a 429 the tier that asks the longest
+wait, on a 200 the tier with the fewest units left, its `t` as its algorithm says.
+
+    RateLimit-Policy: "geofence-1s";q=10;w=1, "geofence-1h";q=1000;w=3600
+    RateLimit: "geofence-1h";r=0;t=2917
+
 A cost-weighted request takes `cost` units of `q`. `Retry-After` counts whole seconds,
 so a client that honours it waits up to a second longer than needed; `Retry-After-Ms`
 carries the limiter's own wait in milliseconds (`Decision.retry_after_ms`), the
@@ -124,6 +133,8 @@ from .identity import (
     route_identity,
     route_identity_prefix,
 )
+from .rates import Rate
+from .tiers import TieredCore
 
 __all__ = [
     "API_KEY_HEADER",
@@ -269,6 +280,12 @@ def status_for(decision: Decision) -> int:
 # --- the dependency -----------------------------------------------------------------------
 
 
+def _window_name(rate: Rate) -> str:
+    """A tier's window as its policy name ends: "1s", "10s", "1h", "250ms"."""
+    window = str(rate).partition("/")[2]
+    return window if window[0].isdigit() else f"1{window}"
+
+
 def _check_scope(scope: Any, named_in: str) -> None:
     """ValueError unless `scope` can name a policy (in `named_in`)."""
     if not isinstance(scope, str) or not _SCOPE.fullmatch(scope):
@@ -300,7 +317,8 @@ class RateLimit:
     `Depends(instance)`; the limiter is shared by all requests.
 
     - `scope`: the policy's name in the headers; routes with different scopes never
-      share a budget.
+      share a budget. A `TieredLimiter`'s tiers are policies `<scope>-<window>`
+      (`policy_names`), "geofence-1s" and "geofence-1h".
     - `cost`: an int, `fn(request) -> int` (or async), or `Depends(fn)`.
     - `trusted_proxies`: addresses or networks whose `X-Forwarded-For` is believed.
     - `api_key_header`: the header naming the client (None: addresses only);
@@ -339,12 +357,37 @@ class RateLimit:
         self._check_is_async = inspect.iscoroutinefunction(limiter.check)
         # What every request's identity and RateLimit field start with, made once.
         self._asks = {kind: route_identity_prefix(scope, kind) for kind in ("key", "address")}
-        self._remaining = f'"{scope}";r='
 
+        # One policy per tier: the scope alone for a single-rate limiter; for a
+        # TieredLimiter the scope and each tier's window ("geofence-1s", "geofence-1h"),
+        # every tier listed in RateLimit-Policy and the one that binds named in
+        # RateLimit. A tier's decision is judged by that tier's own limiter.
+        policies = limiter.tiers if isinstance(limiter, TieredCore) else (limiter,)
+        self._tiered = isinstance(limiter, TieredCore)
+        self._policies: tuple[Any, ...] = policies
+        self.policy_names: tuple[str, ...] = (
+            tuple(f"{scope}-{_window_name(tier.rate)}" for tier in policies)
+            if self._tiered
+            else (scope,)
+        )
         # The draft's window is whole seconds; a sub-second window is advertised as 1 s.
-        self.window_s = max(1, math.ceil(limiter.window_ms / 1000))
-        self.policy = f'"{scope}";q={limiter.limit};w={self.window_s}'
+        self.windows_s: tuple[int, ...] = tuple(
+            max(1, math.ceil(policy.window_ms / 1000)) for policy in policies
+        )
+        self.limits: tuple[int, ...] = tuple(policy.limit for policy in policies)
+        self.window_s = self.windows_s[0]
+        self._states = tuple(f'"{name}";r=' for name in self.policy_names)
+        self._remaining = self._states[0]
+        self.policy = ", ".join(
+            f'"{name}";q={limit};w={window_s}'
+            for name, limit, window_s in zip(
+                self.policy_names, self.limits, self.windows_s, strict=True
+            )
+        )
         self._raw_policy = (b"ratelimit-policy", self.policy.encode("latin-1"))
+        # The largest cost any request could be admitted at: the smallest tier's limit.
+        self._max_units = min(self.limits)
+        self._smallest = self.limits.index(self._max_units)
 
         self._fixed_cost: int | None = None
         self._cost_function: CostFunction | None = None
@@ -434,21 +477,27 @@ class RateLimit:
         if not decision.allowed:
             return decision.retry_after_ms
         algorithm = getattr(self.limiter, "algorithm", None)
-        return None if algorithm is None else algorithm.effective_window_ms(self.limiter, decision)
+        if algorithm is None:
+            return None
+        # A tier's decision carries that tier's state: its own limiter is the policy.
+        policy = self._policies[decision.tier or 0] if self._tiered else self.limiter
+        window_ms: int | None = algorithm.effective_window_ms(policy, decision)
+        return window_ms
 
     def headers_for(self, decision: Decision) -> dict[str, str]:
         """The rate-limit header fields for a decision (Retry-After when rejected)."""
         if decision.degraded:
             return {"RateLimit-Policy": self.policy}
         remaining = decision.remaining if decision.remaining > 0 else 0
+        named = self._states[decision.tier or 0]  # the binding tier's (a tiered limiter)
         if not decision.allowed:
-            state = f"{self._remaining}{remaining};t={decision.retry_after}"
+            state = f"{named}{remaining};t={decision.retry_after}"
         else:
             window_ms = self.effective_window_ms(decision)
             if window_ms is None:
-                state = f"{self._remaining}{remaining}"
+                state = f"{named}{remaining}"
             else:  # whole seconds, rounded up
-                state = f"{self._remaining}{remaining};t={-(-window_ms // 1000)}"
+                state = f"{named}{remaining};t={-(-window_ms // 1000)}"
         headers = {"RateLimit-Policy": self.policy, "RateLimit": state}
         if self.legacy_headers:
             # The older drafts' reset: seconds until the quota is whole again.
@@ -527,12 +576,16 @@ class RateLimit:
                 ) from None
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise TypeError(f"a cost function must return an int >= 1, got {value!r}")
-        if value > self.limiter.limit:
+        if value > self._max_units:
+            per = "per window"
+            if self._tiered:
+                smallest = self._smallest
+                per = f'per {self.windows_s[smallest]} s by policy "{self.policy_names[smallest]}"'
             raise self._bad_request(
                 400,
                 "Bad Request",
-                f"this request costs {value} units, more than the {self.limiter.limit} "
-                "allowed per window: it could never be admitted",
+                f"this request costs {value} units, more than the {self._max_units} "
+                f"allowed {per}: it could never be admitted",
             )
         return value
 
@@ -545,16 +598,18 @@ class RateLimit:
 
     def _too_many(self, decision: Decision, cost: int, headers: dict[str, str]) -> Problem:
         retry = decision.retry_after
+        tier = decision.tier or 0  # the tier that binds: the one asking the longest wait
+        name = self.policy_names[tier]
         return Problem(
             429,
             "Quota Exceeded",
-            f'Policy "{self.scope}" allows {self.limiter.limit} units per {self.window_s} s; '
+            f'Policy "{name}" allows {self.limits[tier]} units per {self.windows_s[tier]} s; '
             f"this request costs {cost} and {max(0, decision.remaining)} remain. "
             f"Retry after {retry} s.",
             type=QUOTA_EXCEEDED,
             headers=headers,
             # Member names as the draft spells its own ("violated-policies").
-            extra={"retry-after": retry, "violated-policies": [self.scope]},
+            extra={"retry-after": retry, "violated-policies": [name]},
         )
 
     def _unavailable(self, decision: Decision, headers: dict[str, str]) -> Problem:

@@ -79,7 +79,9 @@ def test_user_code_type_checks_and_runs():
     decisions = asyncio.run(module.quick_start())
     assert [d.allowed for d in decisions] == [True] * 10 + [False] * 2
     assert module.sync_code().allowed
-    assert {"/within", "/tiles"} <= {route.path for route in module.make_app().routes}
+    tiers = asyncio.run(module.tiers())  # 3 per second binds, then refuses the fourth
+    assert [(d.allowed, d.tier) for d in tiers] == [(True, 0)] * 3 + [(False, 0)]
+    assert {"/within", "/tiles", "/api/items"} <= {route.path for route in module.make_app().routes}
 
 
 @pytest.mark.parametrize("module", [ratelimit, ratelimit.sync], ids=["async", "sync"])

@@ -20,7 +20,7 @@ from ratelimit.http import RateLimitInfo, install, rate_limit
 async def quick_start() -> list[Decision]:
     """The README's quick start."""
     redis = ratelimit.connect(embedded=True)
-    limiter = ratelimit.SlidingWindowLimiter(redis, 1, 10)  # 10 per rolling second
+    limiter = ratelimit.SlidingWindowLimiter(redis, "10/s")  # 10 per rolling second
     decisions = []
     for _ in range(12):
         d = await limiter.check("api-key-123")
@@ -65,6 +65,26 @@ async def every_form() -> None:
     print(per_second.key_for("user"), per_second.script_sha, per_second.window_seconds)
 
 
+async def tiers() -> list[Decision]:
+    """Several rates on one identity: the README's "Tiers"."""
+    redis = ratelimit.connect(embedded=True)
+    limiter = ratelimit.TieredLimiter(redis, ["3/s", "1000/h"])
+    smooth = ratelimit.TieredLimiter(
+        redis, "10/s; 1000/h", "api", algorithm="gcra", on_error="allow", timeout=0.5
+    )
+    exact = ratelimit.TieredLimiter(redis, [Rate(5, 1000), "50/min"], storage="sorted-set")
+    decisions = [await limiter.check("api-key-123") for _ in range(4)]
+    for d in decisions:
+        if d.tier is not None:  # None only when the failure policy decided
+            binding: Rate = limiter.rates[d.tier]
+            print(d.allowed, str(binding), d.remaining, d.retry_after_ms)
+    keys: list[str] = limiter.keys_for("api-key-123")
+    per_second = limiter.tiers[0]
+    print(keys, per_second.key_for("api-key-123"), await smooth.check("x", cost=2))
+    print(await exact.peek("y"), await exact.reset("y"), limiter.rates, limiter.limit)
+    return decisions
+
+
 def sync_code() -> Decision:
     """The same for a blocking client."""
     client = ratelimit.connect_sync(embedded=True)
@@ -76,6 +96,8 @@ def sync_code() -> Decision:
     batch = fixed.check_many(["a", "b"], costs=1)
     copy = counter.with_options(timeout=2.0, readable_keys=True)
     print(bucket.check("x").retry_after_ms, batch, copy.check("y").reset_after)
+    tiered = ratelimit.sync.TieredLimiter(client, "2/s; 100/h", algorithm="fw")
+    print(tiered.check("api-key-123").tier, tiered.keys_for("api-key-123"))
     fields = (
         first.allowed,
         first.limit,
@@ -95,10 +117,12 @@ def make_app() -> FastAPI:
     """The FastAPI dependency, as ratelimit.http's docstring shows it."""
     app = FastAPI()
     install(app)
-    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(embedded=True), 1, 10)
+    limiter = ratelimit.SlidingWindowLimiter(ratelimit.connect(embedded=True), "10/s")
     geofence = rate_limit(limiter, scope="geofence", cost=1, legacy_headers=True)
     blocking = ratelimit.sync.FixedWindowLimiter(ratelimit.connect_sync(embedded=True), "5/s")
     tiles = rate_limit(blocking, scope="tiles", trusted_proxies=["127.0.0.1"])
+    tiered = ratelimit.TieredLimiter(ratelimit.connect(embedded=True), "10/s; 1000/h")
+    api = rate_limit(tiered, scope="api")  # RateLimit-Policy lists both tiers
 
     @app.get("/within", dependencies=[Depends(geofence)])
     async def within() -> dict[str, bool]:
@@ -108,12 +132,17 @@ def make_app() -> FastAPI:
     async def read_tiles(info: RateLimitInfo = Depends(tiles)) -> dict[str, int]:  # noqa: B008
         return {"remaining": info.decision.remaining, "cost": info.cost}
 
+    @app.get("/api/items", dependencies=[Depends(api)])
+    async def items() -> list[str]:
+        return []
+
     return app
 
 
 def main() -> None:
     asyncio.run(quick_start())
     asyncio.run(every_form())
+    asyncio.run(tiers())
     sync_code()
     make_app()
 

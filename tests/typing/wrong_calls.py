@@ -66,6 +66,22 @@ async def checks() -> None:
     install(object())  # mypy: error
 
 
+async def tiered() -> None:
+    ratelimit.TieredLimiter(r, ["10/s", "1000/h"])  # fine
+    ratelimit.TieredLimiter(r, 10)  # mypy: error
+    ratelimit.TieredLimiter(r, ["10/s", 1000])  # mypy: error
+    ratelimit.TieredLimiter(r, "10/s; 1000/h", algorithm="sliding")  # mypy: error
+    ratelimit.TieredLimiter(r, "10/s; 1000/h", burst=5)  # mypy: error
+    ratelimit.TieredLimiter(r, window_seconds=1, limit=10)  # mypy: error
+    ratelimit.TieredLimiter(s, "10/s; 1000/h")  # mypy: error
+    ratelimit.sync.TieredLimiter(s, "10/s", auto_pipeline=False)  # mypy: error
+    limiter = ratelimit.TieredLimiter(r, "10/s; 1000/h")
+    decision = await limiter.check("user")
+    print(limiter.rates[decision.tier])  # mypy: error
+    forgot_await: Decision = limiter.check("user")  # mypy: error
+    print(forgot_await)
+
+
 def sync_checks() -> None:
     limiter = ratelimit.sync.TokenBucketLimiter(s, 1, 10, burst=3)
     limiter.check(b"user", 1)  # fine
