@@ -63,6 +63,18 @@ def tier_rates(rates: Any) -> tuple[Rate, ...]:
     return tuple(parsed)
 
 
+def tier_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options each tier's limiter takes from a tiered limiter's `options` (all but
+    `near_cache`); ValueError for the ones tiers refuse."""
+    if options.get("near_cache"):
+        raise ValueError("near_cache does not apply to tiers")
+    if options.get("plain_keys"):
+        # A plain key names neither the algorithm nor the window: every tier would
+        # count in the same key.
+        raise ValueError("plain_keys does not apply to tiers: each tier needs a key of its own")
+    return {k: v for k, v in options.items() if k != "near_cache"}
+
+
 class TieredCore(LimiterBase):
     """What the asyncio and sync `TieredLimiter`s share: the tiers, their one script,
     their keys and the decision of the tier that binds. `limit`, `window_ms`, `rate`
@@ -81,16 +93,10 @@ class TieredCore(LimiterBase):
     ) -> None:
         entry = tier_algorithm(algorithm, storage)
         self.rates: tuple[Rate, ...] = tier_rates(rates)
-        if options.get("near_cache"):
-            raise ValueError("near_cache does not apply to tiers")
-        if options.get("plain_keys"):
-            # A plain key names neither the algorithm nor the window: every tier would
-            # count in the same key.
-            raise ValueError("plain_keys does not apply to tiers: each tier needs a key of its own")
+        own = tier_options(options)
         # The tiers' algorithm is this limiter's (set once, before the common options).
         object.__setattr__(self, "algorithm", entry)
         kind: algorithms.Kind = "async" if self._asyncio else "sync"
-        own = {k: v for k, v in options.items() if k != "near_cache"}
         # Each tier is a single-rate limiter on the same client: its key, constants,
         # cost rule and state-opening text are what the tiered script uses, and a
         # caller may check, peek at or reset one tier alone through it.

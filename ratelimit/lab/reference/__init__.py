@@ -7,9 +7,13 @@ Same class names, options and `Decision`s as the Redis limiters, minus the clien
     limiter.check("alice")
 
 Each model mirrors the Lua script of the same name in `ratelimit/lua/`; the
-property tests hold them to identical decisions. Importing this package (as any lab
-module does) registers each model with its algorithm, where
-`ratelimit.algorithms.get(tag).limiter_class("reference")` finds it.
+property tests hold them to identical decisions. `TieredLimiter` (lua/tiers.lua) puts
+several rates on one identity, each tier the model of the tiers' algorithm:
+
+    TieredLimiter(["10/s", "1000/h"], algorithm="gcra", clock=ManualClock()).check("alice")
+
+Importing this package (as any lab module does) registers each model with its
+algorithm, where `ratelimit.algorithms.get(tag).limiter_class("reference")` finds it.
 """
 
 from ratelimit import algorithms
@@ -19,12 +23,14 @@ from .fixed_window import FixedWindowLimiter
 from .gcra import TokenBucketLimiter
 from .sliding_log import SlidingWindowLimiter
 from .sliding_window_counter import SlidingWindowCounterLimiter
+from .tiers import TieredLimiter
 
 __all__ = [
     "FixedWindowLimiter",
     "ReferenceLimiter",
     "SlidingWindowCounterLimiter",
     "SlidingWindowLimiter",
+    "TieredLimiter",
     "TokenBucketLimiter",
 ]
 

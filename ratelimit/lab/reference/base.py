@@ -57,21 +57,26 @@ class ReferenceLimiter(Policy):
         clock = clocks.DEFAULT if self.clock == clocks.REDIS else self.clock
         return clocks.to_ms(clock())  # type: ignore[operator]
 
-    def check(self, identity: str | bytes, cost: int = 1) -> Decision:
-        """Admit or reject one request, exactly as the Lua script would."""
+    def check(self, identity: str | bytes, cost: int = 1, *, at_ms: int | None = None) -> Decision:
+        """Admit or reject one request, exactly as the Lua script would; at `at_ms`
+        rather than the clock's time when given (as the script takes the time it is
+        sent)."""
         who = keys.identity_bytes(identity)
         cost = self.validate_cost(cost)
-        allowed, remaining, retry, reset = self.run(who, [self.now_ms()], [cost])
+        now = self.now_ms() if at_ms is None else at_ms
+        allowed, remaining, retry, reset = self.run(who, [now], [cost])
         return Decision(allowed[0], self.limit, remaining[0], retry[0], reset[0])
 
-    def peek(self, identity: str | bytes, cost: int = 1) -> Decision:
-        """What `check` would return now, changing no state (as the scripts' peek)."""
+    def peek(self, identity: str | bytes, cost: int = 1, *, at_ms: int | None = None) -> Decision:
+        """What `check` would return now (or at `at_ms`), changing no state (as the
+        scripts' peek)."""
         who = keys.identity_bytes(identity)
         cost = self.validate_cost(cost)
+        now = self.now_ms() if at_ms is None else at_ms
         missing = who not in self.state
         saved = copy.deepcopy(self.state.get(who))  # the log's stamps are a list
         try:
-            allowed, remaining, retry, reset = self.run(who, [self.now_ms()], [cost])
+            allowed, remaining, retry, reset = self.run(who, [now], [cost])
         finally:
             if missing:
                 self.state.pop(who, None)
