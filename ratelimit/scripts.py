@@ -90,10 +90,20 @@ def tiered(tiers: list[tuple[str, dict[str, Constant]]], client: Any, *, dry: in
     """The script that decides several tiers at once (`lua/tiers.lua`): for each tier,
     its algorithm's file `name` with its `constants`, as a function of `dry` on KEYS[i]
     and ARGV[2 + i]; as `client` should load it (see `for_client`). `dry=1`: a peek's."""
-    parts = [header({"dry": dry}), _read("prelude"), "local tiers = {}\n"]
+    # Redis's clock, where a tier reads it (a time far ahead, see prelude.lua's `skew`),
+    # is read once for every tier and both passes, so that they all judge alike.
+    clock = (
+        "local server_time\n"
+        "local function read_time()\n"
+        "  server_time = server_time or redis.call('TIME')\n"
+        "  return server_time\n"
+        "end\n"
+    )
+    parts = [header({"dry": dry}), _read("prelude"), clock, "local tiers = {}\n"]
     for i, (name, constants) in enumerate(tiers, start=1):
         own = {k: v for k, v in constants.items() if k != "dry"}  # the function's argument
         body = _read(name).rstrip("\n").replace("ARGV[3]", f"ARGV[{2 + i}]")
+        body = body.replace("redis.call('TIME')", "read_time()")
         parts += [
             f"tiers[{i}] = function(dry)\n",
             header(own),

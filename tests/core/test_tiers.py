@@ -14,6 +14,7 @@ reaches Redis, and all of an identity's keys share one cluster slot.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -533,3 +534,43 @@ async def test_tiers_on_a_cluster(kind, cluster):
                 assert await reset(lim, name) is True
     finally:
         await close(client)
+
+
+# -- a host a day ahead ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_a_day_ahead_host_locks_no_tier_for_longer_than_its_bound(entry, real_redis_url, prefix):
+    """Checks stamped a day ahead, then a host on the real clock: each tier trusts a
+    stored time only up to Redis's clock plus the tolerance, which the script reads
+    once for every tier and both passes. No wait exceeds the longest window plus the
+    tolerance, no key outlives its tier's state by more than the tolerance, and
+    requests are admitted again within that bound."""
+    tolerance, day_ms = 300, 86_400_000
+    rates = ["3/s", "5/2s"]
+    client = redis.Redis.from_url(real_redis_url)
+    ahead = tiered(
+        "sync", entry, client, rates, prefix=prefix,
+        clock=lambda: time.time() + day_ms / 1000, clock_tolerance_ms=tolerance,
+        ttl_slack_ms=0,
+    )  # fmt: skip
+    correct = tiered("sync", entry, client, rates, prefix=prefix, clock_tolerance_ms=tolerance)
+    try:
+        for _ in range(3):
+            ahead.check("skewed")
+        bound = 2000 + tolerance + 25  # the longest window, the tolerance, and slack
+        told = correct.check("skewed")
+        assert told.retry_after_ms <= bound and told.reset_after_ms <= bound, told
+        # A key lives as long as its tier's state can matter (two windows for the
+        # counter), counted from at most the tolerance ahead.
+        ttls = [client.pttl(key) for key in correct.keys_for("skewed")]
+        most = [tier.state_ttl_ms() + tolerance + 25 for tier in correct.tiers]
+        assert all(0 < ttl <= m for ttl, m in zip(ttls, most, strict=True)), (ttls, most)
+        began = time.monotonic()
+        while not told.allowed:  # bounded: each wait is the script's own retry
+            assert time.monotonic() - began < bound / 1000, told
+            time.sleep(told.retry_after_ms / 1000)
+            told = correct.check("skewed")
+        assert told.allowed and not told.degraded
+    finally:
+        client.close()
