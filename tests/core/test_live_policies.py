@@ -216,3 +216,30 @@ def test_a_host_a_day_ahead_locks_out_for_at_most_window_plus_tolerance(
         assert client.pttl(correct.key_for("u")) <= bound
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("slack_ms", [0, 1000])
+def test_a_check_that_reaches_redis_late_needs_ttl_slack(real_redis_url, prefix, slack_ms):
+    """A key's TTL runs on Redis's clock from its last admit, a check's stamp on its
+    host's: a check stamped 950 ms after five admits at 5/s, but run once their key's
+    TTL is over, finds the state gone without slack and is admitted; with `ttl_slack_ms`
+    at least its delay, the key is still there and the check is rejected (as README's
+    "Clocks that jump" says)."""
+    client = redis.Redis.from_url(real_redis_url)
+    clock = ManualClock()
+    clock.set_ms(1_000_000_000)
+    limiter = ratelimit.sync.SlidingWindowLimiter(
+        client, "5/s", prefix=prefix, clock=clock, ttl_slack_ms=slack_ms
+    )
+    try:
+        assert all(limiter.check("late").allowed for _ in range(5))
+        key = limiter.key_for("late")
+        began = time.monotonic()
+        while client.pttl(key) > slack_ms:  # wait out the window's part of the TTL
+            assert time.monotonic() - began < 5, client.pttl(key)
+            time.sleep(0.01)
+        clock.set_ms(1_000_000_950)  # still inside the five admits' window
+        decision = limiter.check("late")
+        assert decision.allowed == (slack_ms == 0), (slack_ms, decision)
+    finally:
+        client.close()
