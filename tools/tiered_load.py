@@ -109,8 +109,10 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
     redis = ratelimit.connect(args.redis_url)
     prefix = f"tieredload:{uuid.uuid4().hex[:8]}"
     clock: Any = "redis" if args.clock == "redis" else time.time
+    # A generous timeout: this measures decisions, and a busy machine's slow answer is
+    # still one (with 1 s, two checks in a CI run beside CPU burners came back as 503s).
     limiter = ratelimit.TieredLimiter(
-        redis, args.tiers, prefix, algorithm=args.algorithm, clock=clock
+        redis, args.tiers, prefix, algorithm=args.algorithm, clock=clock, timeout=10.0
     )
     app, route, admitted_at = build(limiter)
     by_name = dict(zip(route.policy_names, limiter.rates, strict=True))
