@@ -5,7 +5,10 @@ and the check that a failure policy, and only it, decided."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ratelimit.sync
@@ -48,6 +51,36 @@ async def timed_check(limiter: Any, identity: str) -> tuple[Decision | Exception
     except RateLimiterUnavailable as exc:
         outcome = exc
     return outcome, time.monotonic() - start
+
+
+@contextlib.contextmanager
+def host_stalls(step: float = 0.01) -> Iterator[Callable[[], float]]:
+    """Seconds the host kept this process waiting meanwhile, as a thread sees it: the sum
+    of how far each of its `step`-second sleeps overran.
+
+    A bound on a check's duration adds this, so a busy machine (other processes taking the
+    cores) does not fail a test about the library. A check that blocks its event loop is
+    not excused: the thread sleeps apart from the loop and waits at most Python's switch
+    interval (5 ms) for the GIL per 10 ms step, so a blocked loop adds at most a third of
+    its length here.
+    """
+    stolen = [0.0]
+    done = threading.Event()
+
+    def watch() -> None:
+        while True:
+            start = time.monotonic()
+            if done.wait(step):
+                return
+            stolen[0] += max(0.0, time.monotonic() - start - step)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield lambda: stolen[0]
+    finally:
+        done.set()
+        watcher.join()
 
 
 def assert_policy(outcome: Decision | Exception, on_error: str, *causes: type) -> None:
