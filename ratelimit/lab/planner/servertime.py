@@ -114,7 +114,9 @@ def choose_server_time(
     if measure:
         url = redis_url or os.environ.get("REDIS_URL", "").strip() or None
         if url is None:
-            notes.append("not measured: no Redis named; set REDIS_URL or pass --redis URL to measure")
+            notes.append(
+                "not measured: no Redis named; set REDIS_URL or pass --redis URL to measure"
+            )
         else:
             measured, why = _measured(url, names, checks)
             if measured is not None:
