@@ -7,15 +7,20 @@ for a synchronous `redis.Redis`. A limit is a rate string or a `Rate`
 (`SlidingWindowLimiter(redis, 1, 10)`). `ConcurrencyLimiter` bounds requests in flight
 rather than a rate: each holds a lease until released (`ratelimit/lua/leases.lua`).
 `TieredLimiter` puts several rates on one identity at once ("10/s" and "1000/h").
-`connect()` gives a client for `REDIS_URL`, or an
-embedded fakeredis when none is set. `ratelimit.http` puts a limiter on FastAPI routes.
+`connect()` gives a client for `REDIS_URL`; when none is set, an embedded fakeredis (the
+`embedded` extra), with an `EmbeddedRedisWarning` that says each process then has its
+own. `ratelimit.http` puts a limiter on FastAPI routes. `__version__` is the installed
+distribution's (`ratelimit-lab`).
 
 This package is the library a service imports; it needs neither numpy, pandas nor
 matplotlib. The lab that simulates and measures it lives in `ratelimit.lab` (the
 `lab` extra), and the tooling for private servers in `ratelimit.devtools`.
 """
 
-from .backends import connect, connect_sync, is_embedded
+from importlib import metadata as _metadata
+from pathlib import Path as _Path
+
+from .backends import EmbeddedRedisWarning, connect, connect_sync, is_embedded
 from .decision import Decision
 from .doctor import Finding, Report, doctor
 from .errors import RateLimiterUnavailable
@@ -29,9 +34,32 @@ from .limiters import (
 )
 from .rates import Rate, parse_rate, parse_rates
 
+
+def _version() -> str:
+    try:
+        return _metadata.version("ratelimit-lab")
+    except _metadata.PackageNotFoundError:
+        pass
+    # A source tree on sys.path without an install: its pyproject.toml says, if it is ours.
+    import tomllib
+
+    try:
+        with open(_Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+            project = tomllib.load(f).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        project = {}
+    version = project.get("version") if project.get("name") == "ratelimit-lab" else None
+    return version if isinstance(version, str) else "0+unknown"
+
+
+__version__ = _version()
+"""The installed distribution's version (ratelimit-lab), as `python -m ratelimit --version`
+prints it."""
+
 __all__ = [
     "ConcurrencyLimiter",
     "Decision",
+    "EmbeddedRedisWarning",
     "Finding",
     "FixedWindowLimiter",
     "Rate",
@@ -41,6 +69,7 @@ __all__ = [
     "SlidingWindowLimiter",
     "TieredLimiter",
     "TokenBucketLimiter",
+    "__version__",
     "connect",
     "connect_sync",
     "doctor",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import algorithms, keys
+from . import __version__, algorithms, keys
 
 # Every tag a limiter puts in its keys: the four algorithms and the compact log.
 _ALGORITHMS = [*algorithms.NAMES, algorithms.COMPACT_LOG.name]
@@ -65,6 +65,7 @@ def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(
         prog="python -m ratelimit", description="Tools for the ratelimit library."
     )
+    main.add_argument("--version", action="version", version=f"ratelimit-lab {__version__}")
     commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     key = commands.add_parser(

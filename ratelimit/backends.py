@@ -1,9 +1,14 @@
 """Redis clients: a real server when a URL is given, else the embedded fakeredis.
 
 `connect()` gives an asyncio client for the limiters in `ratelimit`, and
-`connect_sync()` a synchronous one for `ratelimit.sync`. With no URL and no
-`REDIS_URL` in the environment both return an in-process fakeredis with Lua, so
-everything runs on a fresh machine with no server; each call makes a new, empty one.
+`connect_sync()` a synchronous one for `ratelimit.sync`. With no URL and an unset or
+empty `REDIS_URL` both fall back on an in-process fakeredis with Lua (the `embedded`
+extra, `pip install 'ratelimit-lab[embedded]'`), so everything runs on a fresh machine
+with no server; each call makes a new, empty one. A process falling back on it is told
+so once, with an `EmbeddedRedisWarning`: every process then counts on its own, so two
+workers admit twice the limit. Without fakeredis installed there is no fallback: the
+call fails, saying to set `REDIS_URL` or install the extra. `embedded=True` asks for
+the embedded one on purpose, whatever `REDIS_URL` says, and is not warned about.
 
 A Redis Cluster is named by its own scheme, so a plain URL can never be taken for one:
 
@@ -37,10 +42,11 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, TypeAlias
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
@@ -72,31 +78,89 @@ SyncClient: TypeAlias = redis.Redis | redis.RedisCluster
 # host: asyncio checks overshot their timeout by up to 4 s, against < 0.3 s without.
 
 
-def _fakeredis() -> Any:
+class EmbeddedRedisWarning(UserWarning):
+    """`connect()` or `connect_sync()` was given no Redis (no URL, `REDIS_URL` unset or
+    empty) and fell back on the embedded fakeredis: this process's limits are its own.
+    Issued once per process; `embedded=True` asks for the embedded Redis without it."""
+
+
+EMBEDDED_EXTRA = "ratelimit-lab[embedded]"
+
+# Whether this process has been told it fell back on the embedded Redis.
+_fallback_announced = False
+
+
+def _fakeredis(asked: bool) -> Any:
     # Imported on first use: a service that talks to a real Redis never loads it (and
     # fakeredis loads numpy whenever numpy is installed).
-    import fakeredis
-
+    try:
+        import fakeredis
+    except ImportError as exc:
+        why = (
+            "embedded=True needs the embedded Redis (fakeredis)"
+            if asked
+            else "no Redis named: no URL given and REDIS_URL is unset or empty"
+        )
+        raise RuntimeError(
+            f"{why}, and fakeredis is not installed. Set REDIS_URL (or pass a URL) to "
+            f"use a real Redis, or install the embedded one: pip install '{EMBEDDED_EXTRA}'"
+        ) from exc
     return fakeredis
 
 
+def configured_url(url: str | None = None) -> str | None:
+    """The Redis `connect()` would use: `url`, else `REDIS_URL`; None when neither names
+    one (an empty or blank value names none)."""
+    for candidate in (url, os.environ.get("REDIS_URL")):
+        if candidate and candidate.strip():
+            return candidate.strip()
+    return None
+
+
+def redact_url(url: str) -> str:
+    """`url` without its password, for logs and reports."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
 def _url(url: str | None, embedded: bool) -> str | None:
-    if embedded:
-        return None
-    return url or os.environ.get("REDIS_URL") or None
+    return None if embedded else configured_url(url)
+
+
+def _fallback(embedded: bool) -> Any:
+    """fakeredis for a client nobody named a server for, saying so once per process
+    unless the caller asked for it."""
+    global _fallback_announced
+    module = _fakeredis(embedded)
+    if not embedded and not _fallback_announced:
+        _fallback_announced = True
+        warnings.warn(
+            "no Redis named (REDIS_URL is unset or empty): using the embedded fakeredis, "
+            "an in-memory Redis inside this process. Each process gets its own, empty "
+            "Redis, so limits are not shared between workers or hosts and vanish on exit. "
+            "Set REDIS_URL for a real Redis, or pass embedded=True to ask for this one.",
+            EmbeddedRedisWarning,
+            stacklevel=3,
+        )
+    return module
 
 
 def connect(
     url: str | None = None, *, timeout: float = 1.0, embedded: bool = False
 ) -> AsyncClient:
-    """An asyncio client for `url` (or `REDIS_URL`), else an embedded fakeredis.
+    """An asyncio client for `url` (or `REDIS_URL`), else an embedded fakeredis, announced
+    once per process with an `EmbeddedRedisWarning` (RuntimeError when fakeredis is not
+    installed).
 
-    `embedded=True` always gives the embedded one, whatever `REDIS_URL` says (for
-    notebooks whose output must not depend on the machine).
+    `embedded=True` always gives the embedded one, whatever `REDIS_URL` says, without a
+    warning (for notebooks whose output must not depend on the machine).
     """
     url = _url(url, embedded)
     if url is None:
-        embedded_client: redis.asyncio.Redis = _fakeredis().FakeAsyncRedis()
+        embedded_client: redis.asyncio.Redis = _fallback(embedded).FakeAsyncRedis()
         return embedded_client
     if is_cluster_url(url):
         first, seeds = parse_cluster_url(url)
@@ -132,10 +196,11 @@ def connect(
 def connect_sync(
     url: str | None = None, *, timeout: float = 1.0, embedded: bool = False
 ) -> SyncClient:
-    """A synchronous client for `url` (or `REDIS_URL`), else an embedded fakeredis."""
+    """A synchronous client for `url` (or `REDIS_URL`), else an embedded fakeredis; as
+    `connect()`, warning and errors included."""
     url = _url(url, embedded)
     if url is None:
-        embedded_sync: redis.Redis = _fakeredis().FakeRedis()
+        embedded_sync: redis.Redis = _fallback(embedded).FakeRedis()
         return embedded_sync
     if is_cluster_url(url):
         first, seeds = parse_cluster_url(url)

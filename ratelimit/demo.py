@@ -18,8 +18,9 @@ the address; see `ratelimit.http`):
 422 before the limiter is asked, so they cost nothing.
 
 `create_app(redis=None, ...)` builds the app: `redis` is an asyncio client, by default
-`ratelimit.connect()` (`REDIS_URL`, else an embedded fakeredis, closed again when the
-app shuts down). `clock=` takes a virtual clock for simulations. `app` (for uvicorn) is
+the Redis at `REDIS_URL`, else an embedded fakeredis (this process's alone), closed again
+when the app shuts down; which one is logged (logger `ratelimit.demo`, shown by
+`python -m ratelimit.demo`). `clock=` takes a virtual clock for simulations. `app` (for uvicorn) is
 `create_app()`, made on first use.
 
 uvicorn rewrites the client address from `X-Forwarded-For` itself when the peer is
@@ -33,6 +34,7 @@ chapters.)
 # No `from __future__ import annotations` here: the routes in create_app use local
 # dependencies in Annotated[...], which FastAPI must see evaluated.
 import argparse
+import logging
 import math
 import random
 import struct
@@ -51,13 +53,15 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from . import clock as clocks
-from .backends import connect
+from .backends import configured_url, connect, redact_url
 from .costs import GEOFENCE_MAX_COST, geofence_cost
 from .http import LeaseInfo, RateLimit, RateLimitInfo, concurrency_limit, install, rate_limit
 from .limiters import ConcurrencyLimiter, SlidingWindowLimiter
 from .policy import OnError
 
 __all__ = ["create_app", "tile_png"]
+
+_log = logging.getLogger(__name__)
 
 CENTER = (13.405, 52.52)  # lng, lat of the synthetic point set (central Berlin)
 POINTS_RADIUS_M = 5_000.0  # points are spread over a disc of this radius
@@ -214,14 +218,24 @@ def create_app(
 ) -> FastAPI:
     """The demo API with one limiter per route, built once for the app's lifetime.
 
-    `redis`: an asyncio Redis client; None connects with `ratelimit.connect()` (REDIS_URL,
-    else embedded) and closes that client when the app shuts down. `clock`: where the
+    `redis`: an asyncio Redis client; None connects to REDIS_URL, else to an embedded
+    fakeredis, logs which, and closes that client when the app shuts down. `clock`: where the
     limiters read the time (a `ratelimit.clock.ManualClock` for virtual time). The rest
     sets the budgets, the failure policies and the synthetic point set.
     """
     owned = redis is None
     if owned:
-        redis = connect()
+        # The demo falls back on the embedded Redis by design; it says so in its log
+        # rather than with connect()'s warning.
+        url = configured_url()
+        redis = connect(url, embedded=url is None)
+        where = (
+            f"the Redis at {redact_url(url)} (REDIS_URL)"
+            if url
+            else "the embedded fakeredis (REDIS_URL unset): this process's own in-memory "
+            "Redis, empty at start; set REDIS_URL for a real one"
+        )
+        _log.info("rate limits in %s", where)
     # The sorted-set log under plain keys, so that `redis-cli ZCARD rl:geofence:key:demo`
     # shows the API key "demo"'s entries on the geofence route, typed as a person would
     # (the default, compact storage under hashed keys decides alike in fewer bytes).
@@ -406,6 +420,11 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
+    # Which Redis the app uses, on stderr beside uvicorn's own start-up lines.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    _log.addHandler(handler)
+    _log.setLevel(logging.INFO)
     application = create_app(trusted_proxies=args.trusted_proxy)
     # proxy_headers=False: the app alone decides whose X-Forwarded-For to believe.
     uvicorn.run(application, host=args.host, port=args.port, proxy_headers=False)

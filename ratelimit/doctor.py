@@ -13,11 +13,9 @@ changes no key); a command the user may not run becomes a "could not read" findi
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
@@ -127,10 +125,15 @@ def doctor(
             f"clock_threshold_ms must be a positive number, got {clock_threshold_ms!r}"
         )
     if client_or_url is None or isinstance(client_or_url, str):
-        url = client_or_url or os.environ.get("REDIS_URL") or None
+        url = backends.configured_url(client_or_url)
         target = _safe(url) if url else "embedded fakeredis"
         try:
-            client = backends.connect_sync(url, timeout=timeout)
+            # The report itself says when it examined the embedded Redis (a warning).
+            client = backends.connect_sync(url, timeout=timeout, embedded=url is None)
+        except RuntimeError as exc:  # no Redis named, and no fakeredis to fall back on
+            report = Report(target)
+            report.add("connection", "error", str(exc))
+            return report
         except _UNREACHABLE as exc:  # a cluster client asks for the slot map at once
             report = Report(target)
             report.add("connection", "error", f"could not reach Redis at {target}: {_why(exc)}")
@@ -509,12 +512,7 @@ def _size(n: Any) -> str:
 
 def _safe(url: str) -> str:
     """`url` without its password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    return backends.redact_url(url)
 
 
 def _describe(client: Any) -> str:

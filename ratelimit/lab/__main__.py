@@ -185,11 +185,11 @@ def parser() -> argparse.ArgumentParser:
             "are counted by API key (--identity user) and its geofence look-ups cost by "
             "radius, unless --identity or --cost say otherwise. "
             f"`{PROG} example-log FILE` writes the example to keep.",
-            "Server time per check is measured on the Redis at --redis (default: REDIS_URL, "
-            f"else {planner.DEFAULT_REDIS_URL}) with INFO commandstats, with a few thousand "
-            "checks on scratch keys that are deleted afterwards. If no Redis answers within "
-            "a second, or with --no-measure, it is the figure the latest `make bench` "
-            "recorded (bench/record.json). The plan says which.",
+            "Server time per check is measured on the Redis at --redis (default: REDIS_URL; "
+            "no other Redis is ever used) with INFO commandstats, with a few thousand "
+            "checks on scratch keys that are deleted afterwards. If neither names a Redis, "
+            "none answers within a second, or with --no-measure, it is the figure the latest "
+            "`make bench` recorded (bench/record.json). The plan says which, and why.",
             "Exit status: 0 done, 1 the log cannot be read or the JSON not written, 2 bad options.",
         ),
     )
@@ -241,8 +241,8 @@ def parser() -> argparse.ArgumentParser:
     measure.add_argument(
         "--redis",
         metavar="URL",
-        help="the Redis to measure server time on (default: REDIS_URL, else "
-        f"{planner.DEFAULT_REDIS_URL})",
+        help="the Redis to measure server time on (default: REDIS_URL; when neither is "
+        "given, nothing is measured)",
     )
     measure.add_argument(
         "--no-measure",

@@ -2,7 +2,7 @@
 
     from ratelimit.lab import capacity, memory
 
-    table = memory.load_table("notebooks/data/memory_per_key.csv")   # chapter 3's measurements
+    table = memory.load_table(memory.STORED_TABLE)                    # chapter 3's measurements
     server = capacity.server_time_from_bench("bench/record.json")     # what `make bench` measured
     # or: capacity.measure_server_time(redis.Redis(...))              # your Redis, measured now
     steady = capacity.Scenario.uniform("steady", 10**6, 0.05)          # keys, rate, peak factor

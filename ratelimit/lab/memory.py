@@ -13,7 +13,7 @@
 
     # A tidy table of full keys, measured when a real Redis answers, else read back
     # from the CSV the last measurement wrote (needs pandas):
-    result = measured_or_stored(client, "data/memory_per_key.csv", [10, 128, 129, 1000])
+    result = measured_or_stored(client, STORED_TABLE, [10, 128, 129, 1000])
     result.table, result.source                   # DataFrame, "measured" or "stored"
     fleet_memory(result.table, [10**3, 10**6], limits=[10])   # N keys x bytes per key
 
@@ -57,7 +57,13 @@ from .classic import classic_members
 if TYPE_CHECKING:  # pandas is only needed by the table functions (the "sim" extra)
     import pandas as pd
 
+STORED_TABLE = Path(__file__).resolve().parent / "data" / "memory_per_key.csv"
+"""Chapter 3's last measured table, shipped in the package so that an installed lab plans
+with it: the one copy the chapters, the planner and the capacity code read, and that
+`make refresh` rewrites when chapter 3 measures."""
+
 __all__ = [
+    "STORED_TABLE",
     "TABLE_COLUMNS",
     "MeasuredOrStored",
     "MemoryNotMeasurableError",

@@ -107,3 +107,27 @@ def test_python_dash_m_ratelimit_prints_the_key():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert listed.stdout.strip() == "[]"
+
+
+def test_version_is_the_distributions(capsys):
+    from importlib.metadata import version
+
+    assert ratelimit.__version__ == version("ratelimit-lab")
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0
+    assert capsys.readouterr().out == f"ratelimit-lab {ratelimit.__version__}\n"
+
+
+def test_a_source_tree_without_an_install_reads_its_pyproject(monkeypatch):
+    import importlib.metadata
+    import tomllib
+    from pathlib import Path
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(ratelimit._metadata, "version", not_installed)
+    pyproject = Path(ratelimit.__file__).resolve().parents[1] / "pyproject.toml"
+    with open(pyproject, "rb") as f:
+        assert ratelimit._version() == tomllib.load(f)["project"]["version"]

@@ -254,6 +254,14 @@ def test_the_embedded_backend_gets_a_report(monkeypatch):
     assert doctor(ratelimit.connect_sync(embedded=True)).exit_code == 1
 
 
+def test_no_redis_named_and_no_fakeredis_is_one_error(monkeypatch):
+    monkeypatch.setenv("REDIS_URL", "")
+    monkeypatch.setitem(sys.modules, "fakeredis", None)  # `import fakeredis` fails
+    report = doctor()
+    assert not report.reachable and report.exit_code == 2
+    assert "REDIS_URL" in str(report) and "ratelimit-lab[embedded]" in str(report)
+
+
 def test_an_unreachable_server_is_one_error():
     report = doctor(f"redis://127.0.0.1:{free_port()}/0", timeout=0.5)
     assert not report.reachable and report.exit_code == 2

@@ -8,6 +8,7 @@ import logging
 import struct
 import sys
 import uuid
+import warnings
 import zlib
 
 import fakeredis
@@ -677,11 +678,19 @@ async def test_docs_openapi_index_and_health(app):
     assert health.status_code == 200 and not set(LIMIT_HEADERS) & set(health.headers)
 
 
-async def test_create_app_honours_redis_url(monkeypatch):
+async def test_create_app_honours_redis_url(monkeypatch, caplog):
     monkeypatch.delenv("REDIS_URL", raising=False)
-    assert ratelimit.is_embedded(create_app().state.redis)
-    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
-    app = create_app()
+    monkeypatch.setattr(ratelimit.backends, "_fallback_announced", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ratelimit.EmbeddedRedisWarning)  # it logs instead
+        with caplog.at_level(logging.INFO, logger="ratelimit.demo"):
+            assert ratelimit.is_embedded(create_app().state.redis)
+    assert "rate limits in the embedded fakeredis" in caplog.text
+    caplog.clear()
+    monkeypatch.setenv("REDIS_URL", f"redis://user:secret@127.0.0.1:{free_port()}/0")
+    with caplog.at_level(logging.INFO, logger="ratelimit.demo"):
+        app = create_app()
+    assert "rate limits in the Redis at redis://user:***@127.0.0.1:" in caplog.text
     assert not ratelimit.is_embedded(app.state.redis)
     async with app.router.lifespan_context(app), http(app) as c:
         # Fail-closed on a Redis that is not there.

@@ -1,5 +1,6 @@
 """The library a service installs needs neither numpy, pandas nor matplotlib: importing it
-loads none of them, and the demo API runs from a fresh venv with only the `http` extra."""
+loads none of them, and the demo API runs from a fresh venv with only the `http` extra and
+the embedded Redis (`embedded`), and says which Redis it uses."""
 
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ def test_the_library_imports_without_the_lab_stack():
 
 @pytest.fixture(scope="module")
 def http_only_python(tmp_path_factory) -> str:
-    """A new venv holding this project with the `http` extra and nothing else, at the
-    versions of requirements.lock."""
+    """A new venv holding this project with the `http` and `embedded` extras and nothing
+    else, at the versions of requirements.lock."""
     uv = Path(sys.executable).with_name("uv")
     if not uv.exists():
         _missing(f"uv is not installed beside {sys.executable}; `make setup` installs it")
@@ -51,12 +52,14 @@ def http_only_python(tmp_path_factory) -> str:
     python = str(venv / "bin" / "python")
     install = [uv, "pip", "install", "-q", "--python", python]
     subprocess.run(
-        [*install, "--constraint", ROOT / "requirements.lock", f"{ROOT}[http]"], check=True, env=env
+        [*install, "--constraint", ROOT / "requirements.lock", f"{ROOT}[http,embedded]"],
+        check=True,
+        env=env,
     )
     return python
 
 
-def test_the_http_extra_alone_installs_no_lab_stack(http_only_python):
+def test_the_http_and_embedded_extras_install_no_lab_stack(http_only_python):
     code = f"import importlib.util as u; print([m for m in {LAB_STACK!r} if u.find_spec(m)])"
     out = subprocess.run([http_only_python, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
@@ -64,6 +67,7 @@ def test_the_http_extra_alone_installs_no_lab_stack(http_only_python):
 
 
 def test_the_demo_runs_from_a_venv_with_only_the_http_extra(http_only_python, tmp_path):
+    """On the embedded Redis, which its log names (and no warning: the demo asks for it)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}  # the embedded backend
     log = open(tmp_path / "demo.log", "wb")
@@ -100,3 +104,6 @@ def test_the_demo_runs_from_a_venv_with_only_the_http_extra(http_only_python, tm
         server.wait(timeout=10)
         log.close()
     assert not pid_alive(server.pid)
+    logged = (tmp_path / "demo.log").read_text()
+    assert "rate limits in the embedded fakeredis (REDIS_URL unset)" in logged
+    assert "EmbeddedRedisWarning" not in logged

@@ -35,7 +35,7 @@ from ratelimit.lab.capacity import (
     shards_needed,
 )
 
-STORED_TABLE = Path(__file__).resolve().parents[2] / "notebooks" / "data" / "memory_per_key.csv"
+STORED_TABLE = memory.STORED_TABLE
 GIB = 2**30
 
 

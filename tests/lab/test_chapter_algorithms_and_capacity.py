@@ -39,7 +39,7 @@ SMALL = {
 
 @pytest.fixture(scope="module")
 def table():
-    return memory.load_table(NOTEBOOKS / "data" / "memory_per_key.csv")
+    return memory.load_table(memory.STORED_TABLE)
 
 
 @pytest.fixture(scope="module")
@@ -187,14 +187,13 @@ def test_peaks_is_one_row_per_trace_one_column_per_algorithm(exactness, small_tr
 # --- section 3 ------------------------------------------------------------------------
 
 
-def test_stored_table_is_read_not_measured(monkeypatch):
-    monkeypatch.chdir(NOTEBOOKS)
+def test_stored_table_is_read_not_measured(tmp_path):
     chapter.stored_table.cache_clear()
-    stored = chapter.stored_table("data/memory_per_key.csv")
+    stored = chapter.stored_table()
     assert stored.source == "stored"
     assert set(stored.table.algorithm) == set(algorithms.NAMES)
     with pytest.raises(FileNotFoundError):
-        chapter.stored_table("data/no_such_table.csv")
+        chapter.stored_table(tmp_path / "no_such_table.csv")
 
 
 def test_key_bytes(table):

@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from ratelimit import algorithms, scripts  # noqa: E402
-from ratelimit.lab import records  # noqa: E402
+from ratelimit.lab import memory, records  # noqa: E402
 from ratelimit.lab.chapters import four_algorithms as fa  # noqa: E402
 
 RECORDS = Path(__file__).parents[2] / "notebooks" / "data" / "records"
@@ -107,7 +107,7 @@ def test_costs_come_from_the_stored_table_and_the_registry():
     assert table.index.tolist() == [LABELS[0], "sliding log (compact)", *LABELS[1:]]
     # A skiplist's bytes vary a little with each measurement (its nodes' heights are
     # random), so the sorted set's figure is the stored table's, read here by hand.
-    with open(RECORDS.parent / "memory_per_key.csv", newline="") as f:
+    with open(memory.STORED_TABLE, newline="") as f:
         (sorted_set,) = (
             int(row["bytes_per_key"])
             for row in csv.DictReader(f)

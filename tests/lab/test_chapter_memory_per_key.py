@@ -5,6 +5,7 @@ figure."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import fakeredis
 import matplotlib
@@ -21,7 +22,7 @@ from ratelimit.lab import memory  # noqa: E402
 from ratelimit.lab.chapters import memory_per_key  # noqa: E402
 from ratelimit.lab.plotting import explorer  # noqa: E402
 
-STORED = memory_per_key._CHECKOUT_TABLE
+STORED = memory_per_key.STORED_TABLE
 
 
 @pytest.fixture(scope="module")
@@ -419,8 +420,9 @@ def test_explorer_builds_and_redraws_on_a_slider_move():
 
 # --- the numbers the chapter quotes -----------------------------------------------------
 
-NOTEBOOK = STORED.parents[1] / "03_memory_per_key.ipynb"
-RECORDS = STORED.parent / "records" / "03_memory_per_key.json"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+NOTEBOOK = NOTEBOOKS / "03_memory_per_key.ipynb"
+RECORDS = NOTEBOOKS / "data" / "records" / "03_memory_per_key.json"
 
 
 def _texts(table) -> dict[str, str]:

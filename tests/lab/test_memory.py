@@ -161,7 +161,9 @@ def test_fakeredis_is_refused_with_a_clear_error(make):
 
 def test_the_embedded_default_is_refused(monkeypatch):
     monkeypatch.delenv("REDIS_URL", raising=False)
-    client = ratelimit.connect_sync()
+    monkeypatch.setattr(ratelimit.backends, "_fallback_announced", False)
+    with pytest.warns(ratelimit.EmbeddedRedisWarning):
+        client = ratelimit.connect_sync()
     assert ratelimit.is_embedded(client)
     with pytest.raises(MemoryNotMeasurableError):
         probe(client, "gcra", 1)

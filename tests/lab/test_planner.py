@@ -21,7 +21,7 @@ from ratelimit.lab.planner.measures import _LiveKeys
 from ratelimit.lab.planner.planning import _key_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLE = memory.load_table(ROOT / "notebooks" / "data" / "memory_per_key.csv")
+TABLE = memory.load_table(memory.STORED_TABLE)
 GIB = 2**30
 T0 = 1_796_000_000.0  # a whole second (and minute, hour, day) in Unix time
 KEY_OVERHEAD = 64  # chapter 5's shard: bytes per key MEMORY USAGE leaves out
@@ -383,6 +383,23 @@ def test_without_redis_the_bench_record_is_used_and_the_plan_says_why(tmp_path):
     }  # fmt: skip
     skipped = planner.choose_server_time(["fw"], measure=False)
     assert skipped.kind == "bench" and "--no-measure" in skipped.note
+
+
+@pytest.mark.parametrize("redis_url", [None, "", "  "])
+def test_no_redis_named_none_is_measured_and_the_plan_says_so(redis_url, monkeypatch):
+    from ratelimit.lab.planner import servertime
+
+    def refuse(url, *args):
+        raise AssertionError(f"measured on {url}, which nobody named")
+
+    monkeypatch.setattr(servertime, "_measured", refuse)
+    if redis_url is None:
+        monkeypatch.delenv("REDIS_URL", raising=False)
+    else:
+        monkeypatch.setenv("REDIS_URL", redis_url)
+    choice = planner.choose_server_time(["log"])
+    assert choice.kind == "bench"
+    assert "no Redis named" in choice.note and "REDIS_URL" in choice.note
 
 
 def test_without_redis_or_bench_record_the_plan_says_so_and_plans_memory_only(tmp_path):

@@ -357,9 +357,9 @@ def contracts(
 
 
 @lru_cache(maxsize=4)
-def stored_table(path: str | Path = "data/memory_per_key.csv") -> memory.MeasuredOrStored:
-    """Chapter 3's stored memory table at `path` (relative to the notebooks' folder),
-    read once per path and never measured here: `.table`, `.source` ("stored")."""
+def stored_table(path: str | Path = memory.STORED_TABLE) -> memory.MeasuredOrStored:
+    """Chapter 3's stored memory table (another at `path`), read once per path and never
+    measured here: `.table`, `.source` ("stored")."""
     return memory.measured_or_stored(None, path, [1])
 
 

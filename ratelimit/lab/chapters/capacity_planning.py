@@ -353,7 +353,7 @@ def _stored_table(path: str) -> pd.DataFrame:
 @parameters_of(
     Fleet,
     table=None,
-    table_path="data/memory_per_key.csv",
+    table_path=memory.STORED_TABLE,
     server_time=None,
     bench_path=BENCH_RECORD,
 )

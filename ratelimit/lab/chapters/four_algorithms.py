@@ -21,7 +21,6 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -259,15 +258,8 @@ def show_script(name: str) -> Any:
 
 
 def memory_table() -> pd.DataFrame:
-    """Chapter 3's stored measurements (`notebooks/data/memory_per_key.csv`)."""
-    found = [p for p in (memory_per_key.STORED_TABLE, _checkout_table()) if p.exists()]
-    if not found:
-        raise FileNotFoundError(f"no stored memory table at {memory_per_key.STORED_TABLE}")
-    return memory.load_table(found[0])
-
-
-def _checkout_table() -> Path:
-    return Path(__file__).resolve().parents[3] / "notebooks" / memory_per_key.STORED_TABLE
+    """Chapter 3's stored measurements (`memory.STORED_TABLE`)."""
+    return memory.load_table(memory.STORED_TABLE)
 
 
 def costs_table(limits: tuple[int, ...] = COST_LIMITS) -> pd.DataFrame:

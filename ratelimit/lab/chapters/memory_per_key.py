@@ -3,7 +3,7 @@ log's two storages side by side, and the leak when no TTL is set.
 
 The chapter measures one full key per algorithm and limit on a real Redis
 (`ratelimit.lab.memory`), or shows the table it stored the last time it did
-(`notebooks/data/memory_per_key.csv`); the functions here turn that table into the
+(`ratelimit/lab/data/memory_per_key.csv`); the functions here turn that table into the
 chapter's tables and figures. The sliding log is measured three ways: a sorted set
 with the members our script picks ("script"), a sorted set with the classic recipe's
 members ("classic"), and `storage="compact"` ("compact"). `same_decisions` is
@@ -201,10 +201,8 @@ measurements, Redis {redis_version}).
 """,
 }
 
-# The chapter's stored table: relative to the notebooks' folder (where the chapters run),
-# else found beside this package in a source checkout.
-STORED_TABLE = Path("data/memory_per_key.csv")
-_CHECKOUT_TABLE = Path(__file__).resolve().parents[3] / "notebooks" / STORED_TABLE
+# The chapter's stored table, shipped with the lab.
+STORED_TABLE = memory.STORED_TABLE
 
 _LOG = algorithms.SLIDING_LOG
 # How the log holds its entries (the table's `member_format`): two sorted sets, and the
@@ -942,17 +940,7 @@ def _load(path: Path, mtime_ns: int) -> pd.DataFrame:
 def _table(table: str | Path | pd.DataFrame | None) -> pd.DataFrame:
     if table is not None and not isinstance(table, str | Path):
         return table
-    if table is None:
-        found = [p for p in (STORED_TABLE, _CHECKOUT_TABLE) if p.exists()]
-        if not found:
-            raise FileNotFoundError(
-                f"no stored memory table at {STORED_TABLE} (run from notebooks/) "
-                f"or {_CHECKOUT_TABLE}; pass table=... explicitly"
-            )
-        path = found[0]
-    else:
-        path = Path(table)
-    path = path.resolve()
+    path = (STORED_TABLE if table is None else Path(table)).resolve()
     return _load(path, path.stat().st_mtime_ns)
 
 
@@ -986,7 +974,7 @@ def figure(
     - `limit`: the per-key limit; it must be one the table measured (the chapter's
       largest fleet limit, 1,000, by default).
     - `table`: a `ratelimit.lab.memory` table, or the path of a stored one; by default the
-      chapter's `data/memory_per_key.csv`.
+      chapter's stored one (`STORED_TABLE`).
 
     Total = `active_keys` x MEMORY USAGE of one full key (`memory.fleet_memory`), a
     lower bound (the server's own bookkeeping comes on top). The y axis is logarithmic:

@@ -42,7 +42,7 @@ The Redis plan of a candidate:
 - `memory_bytes`: each key at its identity's own peak, i.e. holding `peak_admitted`
   units of that identity (its most admitted in one window, at least 1), sized with
   `capacity.bytes_per_key` from the measured table of chapter 3
-  (`notebooks/data/memory_per_key.csv`, sorted-set log members), plus the shard's
+  (`ratelimit/lab/data/memory_per_key.csv`, sorted-set log members), plus the shard's
   per-key overhead; and the `keys` heaviest such keys alive together. No instant can
   need more, so this is an upper bound. `bytes_per_key` is their mean.
 - `peak_checks_per_s`: the most requests (checks, one EVALSHA each, admitted or not)
@@ -52,7 +52,8 @@ The Redis plan of a candidate:
   path, the costlier (`capacity.script_commands`).
 - Server time per check: measured now on the reader's Redis with `INFO commandstats`
   (`capacity.measure_server_time`, which writes scratch keys and deletes them) when
-  one answers, else what the latest `make bench` recorded (`bench/record.json`,
+  one is named (`redis_url`, else REDIS_URL; never a Redis nobody named) and answers,
+  else what the latest `make bench` recorded (`bench/record.json`,
   `capacity.server_time_from_bench`); `server_time.kind` says which, and `note` why
   a measurement was not used. With neither, the plan says so and leaves the
   check-bound figures out (null).
@@ -103,7 +104,6 @@ from .planning import DEFAULT_SHARD, plan_log, plan_trace
 from .results import SCHEMA, Affected, CandidatePlan, LogPlan, LogSummary, RedisPlan
 from .servertime import (
     DEFAULT_ALGORITHMS,
-    DEFAULT_REDIS_URL,
     ServerTimeChoice,
     choose_server_time,
     default_bench_record,
@@ -112,7 +112,6 @@ from .servertime import (
 
 __all__ = [
     "DEFAULT_ALGORITHMS",
-    "DEFAULT_REDIS_URL",
     "DEFAULT_SHARD",
     "SCHEMA",
     "Affected",

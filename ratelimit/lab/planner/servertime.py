@@ -12,10 +12,9 @@ from typing import Any
 
 from ratelimit import algorithms as registry
 
-from .. import capacity
+from .. import capacity, memory
 
 DEFAULT_ALGORITHMS: tuple[str, ...] = registry.NAMES
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 _REPO = Path(__file__).resolve().parents[3]
 
 
@@ -34,8 +33,8 @@ def default_bench_record() -> Path:
 
 
 def default_memory_table() -> Path:
-    """Chapter 3's measured bytes per key: notebooks/data/memory_per_key.csv."""
-    return _REPO / "notebooks" / "data" / "memory_per_key.csv"
+    """Chapter 3's measured bytes per key, shipped with the lab (`memory.STORED_TABLE`)."""
+    return memory.STORED_TABLE
 
 
 @dataclass(frozen=True)
@@ -106,17 +105,23 @@ def choose_server_time(
     checks: int = 2_000,
 ) -> ServerTimeChoice:
     """Server time per check of `names`: measured on the Redis at `redis_url` (default:
-    REDIS_URL, else redis://127.0.0.1:6379/0; one second to connect) unless `measure`
-    is False or none answers, else read from `bench_record` (default:
-    `default_bench_record()`), else "none", with a note that says why."""
+    REDIS_URL; one second to connect) unless `measure` is False, none is named or it
+    does not answer, else read from `bench_record` (default: `default_bench_record()`),
+    else "none", with a note that says why. Only a Redis someone named is measured on:
+    scratch keys on a server nobody pointed the planner at would be a surprise."""
     names = [registry.get(n).name for n in names]
     notes = []
     if measure:
-        url = redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
-        measured, why = _measured(url, names, checks)
-        if measured is not None:
-            return ServerTimeChoice("measured", measured)
-        notes.append(why)
+        url = redis_url or os.environ.get("REDIS_URL", "").strip() or None
+        if url is None:
+            notes.append(
+                "not measured: no Redis named; set REDIS_URL or pass --redis URL to measure"
+            )
+        else:
+            measured, why = _measured(url, names, checks)
+            if measured is not None:
+                return ServerTimeChoice("measured", measured)
+            notes.append(why)
     else:
         notes.append("not measured: measure=False (--no-measure)")
     record = Path(bench_record) if bench_record is not None else default_bench_record()
