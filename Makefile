@@ -68,7 +68,7 @@ run test test-python-% test-eager: export RATELIMIT_WRITE_FIGURES = 0
 export UV_LINK_MODE ?= copy
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock test test-pythons test-eager run refresh plan lab serve bench bench-record lint clean
+.PHONY: help setup lock test test-record test-pythons test-eager run refresh plan lab serve bench bench-record lint clean
 .PHONY: cluster-up cluster-down
 .PHONY: sentinel-up sentinel-down
 
@@ -84,6 +84,7 @@ help:
 	@echo "make lab     start JupyterLab on notebooks/"
 	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
 	@echo "make bench   run python -m bench; BENCH_ARGS=... is passed on"
+	@echo "make test-record   copy the last make test's time and counts into tests/record.json and the README"
 	@echo "make bench-record  copy the latest build/bench/results.json into bench/record.json and re-render README.md's benchmark tables"
 	@echo "make lint    ruff check ratelimit bench tests tools, and lint-imports (the import layering)"
 	@echo "make cluster-up    start a local 3-master Redis Cluster; prints its URL, PIDs in $(CLUSTER_DIR)/state.json"
@@ -148,16 +149,23 @@ lock: | $(UV)
 # code (pyproject.toml's [tool.mypy]), then pytest over tests/ plus the notebooks under nbval
 # strict; "no tests collected" (exit 5) counts as success.
 test: setup
+	$(VPY) tools/test_record.py start
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/mypy
 	@# The lab's compiled kernels (numba) are built here, once, by planning the example log: the
 	@# two test workers then load them from the cache instead of compiling beside timed tests.
 	$(VPY) -m ratelimit.lab plan --no-measure --no-progress > /dev/null 2> $(VENV)/.plan-warm-up.log \
 	  || { cat $(VENV)/.plan-warm-up.log; exit 1; }
-	$(VPY) -m pytest -p no:cacheprovider tests \
+	$(VPY) -m pytest -p no:cacheprovider tests --junitxml=build/test-run/junit.xml \
 	  $(if $(TEST_NOTEBOOKS),--nbval --nbval-current-env $(XDIST_ARGS) $(TEST_NOTEBOOKS)) \
 	  $(PYTEST_ARGS); \
-	rc=$$?; if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 0; fi; exit $$rc
+	rc=$$?; $(VPY) tools/test_record.py finish $$rc || true; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 0; fi; exit $$rc
+
+# test-record: the last make test's time and counts (build/test-run/) -> tests/record.json and
+# the README's sentence about how long make test takes.
+test-record: setup
+	$(VPY) tools/test_record.py record
 
 # library_tests X.Y: pytest over the library's tests in .venv-X.Y, its bin/ first on PATH.
 library_tests = VIRTUAL_ENV="$(CURDIR)/.venv-$(1)" PATH="$(CURDIR)/.venv-$(1)/bin:$$PATH" \

@@ -21,7 +21,7 @@ import json
 import time
 from pathlib import Path
 
-from . import plot, readme, suite, summary
+from . import plot, progress, readme, suite, summary
 
 PARTS = (
     "checks", "sync", "concurrency", "cluster", "cost", "memory", "nearcache", "replay", "logplan",
@@ -32,7 +32,11 @@ PARTS = (
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     d = suite.Options()
-    parser.add_argument("--quick", action="store_true", help="tiny sizes and 2 rounds (tests)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: tiny sizes and 2 rounds, verdicts that judge nothing",
+    )
     parser.add_argument("--rounds", type=int, help=f"interleaved rounds (default {d.rounds})")
     parser.add_argument("-n", type=int, help=f"checks per case per round (default {d.n})")
     parser.add_argument("--only", nargs="+", choices=PARTS, help="run only these parts")
@@ -56,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     options = suite.Options.quick() if args.quick else suite.Options()
+    if args.quick:
+        progress.say(f"[bench] {summary.SMOKE}")
     if args.rounds:
         options.rounds = args.rounds
     if args.n:

@@ -18,6 +18,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from . import progress
+
 Op = Callable[[int], Awaitable[Any]]  # one async call; its argument is the call's index
 SyncOp = Callable[[int], Any]
 AsyncCase = Callable[[int], Awaitable[float]]  # n -> checks per second
@@ -82,6 +84,7 @@ async def run_async(
     for order in _orders(list(cases), rounds, seed):
         speeds = {name: await cases[name](n) for name in order}
         per_round.append({name: speeds[name] for name in cases})
+        progress.round_done(len(per_round), rounds)
     return per_round
 
 
@@ -94,6 +97,7 @@ def run_sync(
     for order in _orders(list(cases), rounds, seed):
         speeds = {name: cases[name](n) for name in order}
         per_round.append({name: speeds[name] for name in cases})
+        progress.round_done(len(per_round), rounds)
     return per_round
 
 

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import os
 import platform
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,6 +35,7 @@ from . import (
     logplan,
     memory_per_key,
     nearcache,
+    progress,
     replay,
     server_cost,
     soak,
@@ -193,23 +193,8 @@ def cost_server(url: str | None, private: bool) -> Iterator[tuple[str | None, st
         yield url, f"{url} (shared: other clients' commands may be counted)"
 
 
-class _Timer:
-    """Seconds spent per part, for `timings_s` in the report."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def part(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = round(time.perf_counter() - start, 1)
-
-
 async def _async_parts(
-    url: str | None, cost_url: str | None, where: str, o: Options, timer: _Timer
+    url: str | None, cost_url: str | None, where: str, o: Options, timer: progress.Parts
 ) -> dict:
     out: dict[str, Any] = {}
     client = connect(url, embedded=url is None)
@@ -233,6 +218,7 @@ async def _async_parts(
     if "cost" in o.parts:
         if cost_url is None:
             out["server_cost"] = {"skipped": f"skipped: {where}"}
+            timer.skip("cost", f"skipped: {where}")
         else:
             cost_client = connect(cost_url)
             try:
@@ -249,7 +235,7 @@ def run(options: Options | None = None, url: str | None = "auto") -> dict[str, A
     """Measure everything `options.parts` names; `url="auto"` picks a server (`pick_url`)."""
     o = options or Options()
     url = pick_url() if url == "auto" else url
-    timer = _Timer()
+    timer = progress.Parts(len(o.parts) + (1 if o.profile_n else 0))
     report: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
@@ -262,6 +248,7 @@ def run(options: Options | None = None, url: str | None = "auto") -> dict[str, A
         if "memory" in o.parts:
             if cost_url is None:
                 report["memory"] = {"skipped": f"skipped: {where}"}
+                timer.skip("memory", f"skipped: {where}")
             else:
                 mem_client = redis.Redis.from_url(cost_url)
                 try:

@@ -25,8 +25,16 @@ def _skipped(part: dict[str, Any]) -> list[str]:
     return out
 
 
+SMOKE = (
+    "a --quick smoke run (tiny sizes, 2 rounds): it shows that every part runs; its figures "
+    "are too small to judge a target, so its PASS and FAIL are not verdicts"
+)
+
+
 def lines(report: dict[str, Any]) -> list[str]:
     out = [f"{report['backend']}; {report['machine']}; {report['date']}"]
+    if report.get("quick"):
+        out.append(f"this is {SMOKE}")
     if "checks" in report:
         c = report["checks"]
         out += [""] + _ratios_table(
@@ -106,6 +114,8 @@ def lines(report: dict[str, Any]) -> list[str]:
     if report.get("targets"):
         out += ["", "targets (ratios: the median of same-round ratios):"]
         out += [line for t in report["targets"] for line in _target(t)]
+        if report.get("quick"):
+            out.append(f"  (from {SMOKE}; run `make bench` without --quick to judge them)")
     if report.get("timings_s"):
         parts = ", ".join(f"{k} {v:.1f}" for k, v in report["timings_s"].items())
         out += ["", f"seconds per part: {parts}"]

@@ -271,7 +271,17 @@ def test_cli_writes_results_and_figures(tmp_path, monkeypatch, capsys) -> None:
     # Every target's verdict is printed, and the file holds exactly what was printed.
     for t in report["targets"]:
         assert f"{t['verdict']:10} {t['target']}" in printed
-    assert (out.parent / "summary.txt").read_text() == printed
+    # The file holds exactly the summary, which follows the progress lines printed as it ran.
+    written = (out.parent / "summary.txt").read_text()
+    assert printed.endswith(written)
+    said = printed[: -len(written)].splitlines()
+    assert said[0].startswith("[bench] a --quick smoke run")
+    assert all(line.startswith("[bench") for line in said)
+    assert [line.split(": ")[0] for line in said if line.endswith(": started")] == [
+        "[bench 1/3] checks",
+        "[bench 2/3] concurrency",
+        "[bench 3/3] nearcache",
+    ]
 
 
 async def test_cluster_run_on_a_local_cluster(tmp_path, monkeypatch) -> None:
