@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 import uuid
@@ -30,6 +29,7 @@ import uvicorn
 from fastapi import Depends, FastAPI
 
 import ratelimit
+from ratelimit.devtools.load import load_url
 from ratelimit.devtools.process import free_port
 from ratelimit.http import LeaseInfo, concurrency_limit, install
 
@@ -60,9 +60,10 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--service-ms", type=int, default=200)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument(
-        "--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+        "--redis-url", default=None, help="default: REDIS_URL, else the local 127.0.0.1:6379"
     )
     args = parser.parse_args(argv)
+    args.redis_url = load_url(args.redis_url)
 
     redis = ratelimit.connect(args.redis_url)
     prefix = f"leaseload:{uuid.uuid4().hex[:8]}"

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shlex
 import sys
 import time
@@ -43,6 +42,7 @@ import uvicorn
 from fastapi import Depends, FastAPI
 
 import ratelimit
+from ratelimit.devtools.load import load_url
 from ratelimit.devtools.process import free_port
 from ratelimit.http import ClientIdentity, RateLimit, RateLimitInfo, install, rate_limit
 
@@ -102,9 +102,10 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--algorithm", choices=["log", "fw", "swc", "gcra"], default="log")
     parser.add_argument("--clock", choices=["redis", "host"], default="redis")
     parser.add_argument(
-        "--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+        "--redis-url", default=None, help="default: REDIS_URL, else the local 127.0.0.1:6379"
     )
     args = parser.parse_args(argv)
+    args.redis_url = load_url(args.redis_url)
 
     redis = ratelimit.connect(args.redis_url)
     prefix = f"tieredload:{uuid.uuid4().hex[:8]}"

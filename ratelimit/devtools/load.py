@@ -23,6 +23,7 @@ headers and body. A run never outlives its bound by more than one request's time
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -159,3 +160,23 @@ async def run_load(
         result.seconds = time.perf_counter() - start
     result.outcomes.sort(key=lambda o: o.index)
     return result
+
+
+LOCAL_URL = "redis://127.0.0.1:6379/0"
+
+
+def load_url(given: str | None) -> str:
+    """The Redis a load tool sends to: `given`, else REDIS_URL, else the local default.
+
+    It says which on stderr, so no load lands on a Redis nobody named without a word.
+    """
+    from ratelimit.backends import configured_url, redact_url
+
+    if given:
+        url, why = given, "--redis-url"
+    elif (named := configured_url()) is not None:
+        url, why = named, "REDIS_URL"
+    else:
+        url, why = LOCAL_URL, "the default: neither --redis-url nor REDIS_URL names one"
+    print(f"load on the Redis at {redact_url(url)} ({why})", file=sys.stderr, flush=True)
+    return url

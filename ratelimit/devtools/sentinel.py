@@ -321,8 +321,13 @@ class LocalSentinel(Managed):
                 return f"{address} is announced but is not a primary yet"
         except (redis.exceptions.RedisError, LookupError) as exc:
             return f"announced primary {address}: {exc!r}"
-        with _admin(address[1]) as client:
-            info = client.info("replication")
+        # A server that was just started may still drop connections (loading, syncing):
+        # that is "not ready yet", asked again, not a failure.
+        try:
+            with _admin(address[1]) as client:
+                info = client.info("replication")
+        except redis.exceptions.RedisError as exc:
+            return f"primary {address}: {exc!r}"
         # Online on the primary's side too: after a full sync a replica counts for WAIT
         # only once the primary has its first REPLCONF ACK (up to a second later).
         online = {
@@ -332,8 +337,11 @@ class LocalSentinel(Managed):
         for server in self.servers:
             if server is primary or not server.running:
                 continue
-            with _admin(server.port or 0) as client:
-                info = client.info("replication")
+            try:
+                with _admin(server.port or 0) as client:
+                    info = client.info("replication")
+            except redis.exceptions.RedisError as exc:
+                return f"replica {server.port}: {exc!r}"
             if info.get("master_port") != address[1] or info.get("master_link_status") != "up":
                 return f"replica {server.port} is not in sync with {address}: {info}"
             if server.port not in online:
