@@ -11,7 +11,14 @@ project = "Rate-limit lab"
 author = "the rate-limit lab's authors"
 copyright = "the rate-limit lab's authors, MIT licence"  # noqa: A001  (Sphinx's name)
 
-extensions = ["myst_nb", "sphinx.ext.mathjax"]
+extensions = ["myst_nb", "sphinx.ext.mathjax", "sphinx.ext.autodoc"]
+
+# The API reference (api.md) reads the installed library's docstrings. Signatures keep
+# their annotations as written (strings, `from __future__ import annotations`), and
+# members come in the order the source defines them.
+autodoc_typehints = "signature"
+autodoc_member_order = "bysource"
+autodoc_preserve_defaults = True
 
 # Sources are exactly what tools/book.py copied here; anything else is a leftover.
 exclude_patterns = ["_build", ".doctrees", "**.ipynb_checkpoints"]

@@ -161,10 +161,13 @@ __all__ = [
 log = logging.getLogger("ratelimit.http")
 
 PROBLEM_JSON = "application/problem+json"
+"""The media type of every error body once `install(app)` is called (RFC 9457)."""
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 """Problem type for 429, as registered by draft-ietf-httpapi-ratelimit-headers."""
 DEGRADED_HEADER = "X-RateLimit-Degraded"
+"""Set on a response decided by the failure policy, Redis being out of reach."""
 RETRY_AFTER_MS_HEADER = "Retry-After-Ms"
+"""The exact wait of a 429 in milliseconds, beside `Retry-After`'s whole seconds."""
 DRAFT = "draft-ietf-httpapi-ratelimit-headers-11"
 """The revision of the RateLimit header fields draft that `RateLimit` follows."""
 UNAVAILABLE_RETRY_AFTER_S = 1
@@ -200,7 +203,7 @@ class Limiter(Protocol):
 
 
 class Problem(HTTPException):
-    """An HTTP error answered as `application/problem+json` (RFC 9457) once `install`ed.
+    """An HTTP error answered as `application/problem+json` (RFC 9457) after `install(app)`.
 
     Without `install(app)` FastAPI's own handler still answers with the same status and
     headers, as plain JSON `{"detail": ...}`.

@@ -45,7 +45,9 @@ __all__ = [
 ]
 
 API_KEY_HEADER = "x-api-key"
+"""The request header an API key comes in, unless `rate_limit(api_key_header=...)` names another."""
 MAX_API_KEY_BYTES = 256
+"""A longer API key is refused (431) before it reaches Redis."""
 MAX_HEADER_BYTES = 65_536  # more than any server accepts in one header field
 IDENTITY_KINDS = ("key", "address")
 """How a route tells its clients apart: an API key, else the client's address."""

@@ -331,7 +331,7 @@ class TokenBucketLimiter(GcraPolicy, AsyncLimiter):
 
 class ConcurrencyLimiter(LeaseCore, AsyncLimiter):
     """At most `limit` requests of an identity in flight at once: each holds a lease
-    until it is released, or for `lease_seconds` (default 30) if its holder dies.
+    until it is released, or for `lease_seconds` (default 30) if its holder dies::
 
         limiter = ConcurrencyLimiter(redis, limit=4, lease_seconds=30)
         async with limiter.hold("api-key-123") as decision:

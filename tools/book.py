@@ -33,7 +33,7 @@ RECORDS_DIR = ROOT / "notebooks" / "data" / "records"
 LANDING = ROOT / "tools" / "landing.py"
 WIDGET_TAG = "explore-widget"  # ratelimit.lab.plotting.WIDGET_TAG, without importing the lab
 TIMINGS = ".timings.json"  # in the execution folder: how long each chapter took last time
-LAST_PAGES = ("glossary",)  # after the chapters in the sidebar, in this order
+LAST_PAGES = ("api", "glossary")  # after the chapters in the sidebar, in this order
 TOCTREE_BLOCK = re.compile(r"^(`{3,}|:{3,})\{toctree\}.*?^\1[ \t]*$\n?", re.M | re.S)
 
 

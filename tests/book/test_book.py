@@ -19,7 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))  # what `make run` executes
-SIDEBAR = [nb.stem for nb in CHAPTERS] + ["glossary"]  # the reading order after the landing page
+# The reading order after the landing page: the chapters, the API reference, the glossary.
+SIDEBAR = [nb.stem for nb in CHAPTERS] + ["api", "glossary"]
 BUILD_TIMEOUT = 300  # seconds; about 10 s here
 
 # An asset the browser would fetch from another host (a link out, <a href>, is fine).
@@ -97,12 +98,27 @@ def test_math_is_served_from_the_book(book: Path) -> None:
             assert src.startswith("_static/mathjax/MathJax.js"), (name, src)
 
 
-def test_sidebar_lists_the_chapters_then_the_glossary(book: Path) -> None:
+def test_sidebar_lists_the_chapters_then_the_reference_pages(book: Path) -> None:
     index = pages(book)["index.html"]
     nav = index[index.index('class="bd-sidebar-primary'):]
     nav = nav[: nav.index("</nav>")]
     hrefs = [h for h in HREF.findall(nav) if h.endswith(".html")]
     assert hrefs == [f"{p}.html" for p in SIDEBAR]
+
+
+@pytest.mark.parametrize("module", ["ratelimit", "ratelimit.sync", "ratelimit.http"])
+def test_the_api_reference_documents_every_public_name(book: Path, module: str) -> None:
+    """Each name of a module's `__all__` has its entry (an anchor `module.name`), and the
+    entries carry text from the docstrings, not just names."""
+    public = importlib.import_module(module).__all__
+    assert public, module
+    page = pages(book)["api.html"]
+    documented = set(re.findall(r'<dt class="sig sig-object py" id="([^"]+)"', page))
+    assert not [name for name in public if f"{module}.{name}" not in documented]
+    assert {f"{module}.SlidingWindowLimiter.check", f"{module}.SlidingWindowLimiter.peek",
+            f"{module}.SlidingWindowLimiter.reset"} <= documented or module == "ratelimit.http"
+    text = _text(page)
+    assert "Admit or reject one request of" in text  # check's docstring, as written
 
 
 def test_every_chapter_has_previous_and_next(book: Path) -> None:
