@@ -85,7 +85,7 @@ help:
 	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
 	@echo "make bench   run python -m bench; BENCH_ARGS=... is passed on"
 	@echo "make test-record   copy the last make test's time and counts into tests/record.json and the README"
-	@echo "make bench-record  copy the latest build/bench/results.json into bench/record.json and re-render README.md's benchmark tables"
+	@echo "make bench-record  copy the latest build/bench/results.json into bench/record.json and re-render book/benchmarks.md's tables"
 	@echo "make lint    ruff check ratelimit bench tests tools, and lint-imports (the import layering)"
 	@echo "make cluster-up    start a local 3-master Redis Cluster; prints its URL, PIDs in $(CLUSTER_DIR)/state.json"
 	@echo "                   (CLUSTER_REPLICAS=1: one replica per master, attached and in sync)"
@@ -225,7 +225,7 @@ serve: setup
 bench: setup
 	$(VPY) -m bench $(BENCH_ARGS)
 
-# bench-record: the README's benchmark tables from the latest full `make bench` (bench/readme.py).
+# bench-record: the book's benchmark tables from the latest full `make bench` (bench/readme.py).
 bench-record: setup
 	$(VPY) -m bench --record
 

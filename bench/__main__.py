@@ -9,9 +9,9 @@ churning (soak). Uses REDIS_URL, else 127.0.0.1:6379 when it answers, else the e
 fakeredis (and says so). Writes build/bench/results.json, PNG figures and summary.txt (what it
 prints: the tables and every target's verdict) beside it.
 
-`--record` measures nothing: it copies what the README's tables need from the latest
-results (`--out`) into bench/record.json and re-renders the README's benchmark
-section from it (`bench/readme.py`).
+`--record` measures nothing: it copies what the benchmark tables need from the latest
+results (`--out`) into bench/record.json and re-renders the book's Benchmarks page
+(book/benchmarks.md) from it (`bench/readme.py`).
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--record",
         action="store_true",
-        help="run nothing: copy --out into bench/record.json and re-render README.md's tables",
+        help="run nothing: copy --out into bench/record.json and re-render book/benchmarks.md",
     )
     args = parser.parse_args(argv)
     if args.record:
         readme.record(args.out)
-        print(f"recorded {args.out} in {readme.RECORD}; rewrote the tables in {readme.README}")
+        print(f"recorded {args.out} in {readme.RECORD}; rewrote the tables in {readme.PAGE}")
         return 0
 
     options = suite.Options.quick() if args.quick else suite.Options()

@@ -166,7 +166,8 @@ with synthetic traffic and measure what they do. The lab is for three jobs:
 Each page hides its setup and check cells behind a toggle (they still run), and the
 chapters pose exercises: predict a number, then open the hidden solution, whose answer
 the notebook asserts. Terms in the text link to the {doc}`glossary`; every public name
-of the library is in the {doc}`api`, generated from its docstrings.
+of the library is in the {doc}`api`, generated from its docstrings, and the latest
+recorded `make bench` is on the {doc}`benchmarks` page.
 """
 
 
@@ -256,7 +257,7 @@ def landing_page(records_dir: Path = RECORDS_DIR) -> str:
     parts += [*_run(chapters), ""]
     parts += ["```{toctree}", ":hidden:", ":maxdepth: 1", ""]
     parts += [card.stem for card in chapters]
-    parts += ["api", "glossary", "```", ""]
+    parts += ["benchmarks", "api", "glossary", "```", ""]
     return "\n".join(parts)
 
 

@@ -1,6 +1,7 @@
-"""The README's benchmark tables come from the committed record, never from a hand:
-the section between the markers is exactly what bench/readme.py renders from
-bench/record.json, and the renderer copes with skipped rows and missing parts."""
+"""The benchmark tables (the book's Benchmarks page) come from the committed record, never
+from a hand: what stands between the page's markers is exactly what bench/readme.py
+renders from bench/record.json, and the renderer copes with skipped rows and missing
+parts. The README points to the page and quotes none of its figures."""
 
 from __future__ import annotations
 
@@ -17,23 +18,31 @@ def committed_record() -> dict:
     return json.loads(readme.RECORD.read_text())
 
 
-def test_the_readme_section_is_the_committed_record_rendered() -> None:
-    text = readme.README.read_text()
+def test_the_page_holds_the_committed_record_rendered() -> None:
+    text = readme.PAGE.read_text()
     assert text.count(readme.BEGIN) == 1 and text.count(readme.END) == 1
     assert readme.section(text) == readme.render(committed_record()), (
-        "README.md's benchmark tables differ from bench/record.json: run "
+        "book/benchmarks.md's tables differ from bench/record.json: run "
         "`make bench-record` after a full `make bench` (never edit them by hand)"
     )
 
 
+# No decimal figure, rate, ratio, duration or count with a thousands separator.
+MEASURED = re.compile(r"\d+\.\d+|\d+(?:,\d{3})+|\d+ ?(?:x|us|s|%|checks/s)\b")
+
+
 def test_the_prose_around_the_tables_quotes_no_measured_figure() -> None:
-    text = readme.README.read_text()
+    text = readme.PAGE.read_text()
+    around = text[: text.index(readme.BEGIN)] + text[text.index(readme.END) :]
+    assert MEASURED.findall(around) == []
+
+
+def test_the_readme_points_to_the_page_and_quotes_none_of_it() -> None:
+    text = (readme.ROOT / "README.md").read_text()
     start = text.index("## Benchmarks")
-    end = text.index("\n## ", start + 1)
-    around = text[start : text.index(readme.BEGIN)] + text[text.index(readme.END) : end]
-    # No decimal figure, rate, ratio, duration or count with a thousands separator.
-    quoted = re.findall(r"\d+\.\d+|\d+(?:,\d{3})+|\d+ ?(?:x|us|s|%|checks/s)\b", around)
-    assert quoted == []
+    section = text[start : text.index("\n## ", start + 1)]
+    assert readme.BEGIN not in text and "book/benchmarks.md" in section
+    assert MEASURED.findall(section) == []
 
 
 def test_the_record_keeps_exactly_what_the_tables_need() -> None:
@@ -160,7 +169,7 @@ def test_record_copies_a_full_run_and_refuses_a_partial_one(tmp_path, capsys, mo
     report["per_round_noise"] = [1, 2, 3]
     results = tmp_path / "results.json"
     results.write_text(json.dumps(report))
-    record, page = tmp_path / "record.json", tmp_path / "README.md"
+    record, page = tmp_path / "record.json", tmp_path / "benchmarks.md"
     page.write_text(f"intro\n{readme.BEGIN}\n{readme.END}\nrest\n")
     readme.record(results, record, page)
     assert json.loads(record.read_text()) == committed_record()
@@ -174,7 +183,7 @@ def test_record_copies_a_full_run_and_refuses_a_partial_one(tmp_path, capsys, mo
     results.write_text(json.dumps(report))
     record.unlink()
     monkeypatch.setattr(readme, "RECORD", record)
-    monkeypatch.setattr(readme, "README", page)
+    monkeypatch.setattr(readme, "PAGE", page)
     monkeypatch.setattr(cli.suite, "run", lambda *a, **k: pytest.fail("--record measured"))
     assert cli.main(["--record", "--out", str(results)]) == 0
     assert json.loads(record.read_text()) == committed_record()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -19,8 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))  # what `make run` executes
-# The reading order after the landing page: the chapters, the API reference, the glossary.
-SIDEBAR = [nb.stem for nb in CHAPTERS] + ["api", "glossary"]
+# The reading order after the landing page: the chapters, the benchmarks, the API
+# reference, the glossary.
+SIDEBAR = [nb.stem for nb in CHAPTERS] + ["benchmarks", "api", "glossary"]
 BUILD_TIMEOUT = 300  # seconds; about 10 s here
 
 # An asset the browser would fetch from another host (a link out, <a href>, is fine).
@@ -119,6 +121,15 @@ def test_the_api_reference_documents_every_public_name(book: Path, module: str) 
             f"{module}.SlidingWindowLimiter.reset"} <= documented or module == "ratelimit.http"
     text = _text(page)
     assert "Admit or reject one request of" in text  # check's docstring, as written
+
+
+def test_the_benchmarks_page_shows_the_recorded_tables(book: Path) -> None:
+    from bench import readme
+
+    page = _text(pages(book)["benchmarks.html"])
+    first = readme.render(json.loads(readme.RECORD.read_text())).splitlines()[0]
+    assert first.split(";")[0] in page  # "The latest recorded run: <its date>"
+    assert pages(book)["benchmarks.html"].count("<table") >= 5
 
 
 def test_every_chapter_has_previous_and_next(book: Path) -> None:
