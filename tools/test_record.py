@@ -70,8 +70,8 @@ def render(record: dict[str, Any]) -> str:
     """The README's sentence about the recorded run."""
     minutes = record["seconds"] / 60
     return (
-        f"The last recorded `make test` (after set-up) ran {record['passed']:,} tests "
-        f"({record['skipped']} skipped) in {record['seconds']} s, about {minutes:.0f} minutes, "
+        f"The last recorded `make test` (after set-up) passed {record['passed']:,} tests "
+        f"and skipped {record['skipped']} in {record['seconds']} s, about {minutes:.0f} minutes, "
         f"on {record['cores']} {record['machine']} cores with Python {record['python']}, the "
         f"machine's load average {record['load_at_start']:g} when it started "
         f"({record['date']}); on a machine busy with other work it takes longer."

@@ -46,7 +46,7 @@ def test_a_passing_run_is_recorded_and_rendered(tmp_path: Path) -> None:
     readme.write_text(f"intro\n{test_record.BEGIN}\nold words\n{test_record.END}\nrest\n")
     target = tmp_path / "record.json"
     sentence = test_record.record(run_dir, target, readme)
-    assert "ran 38 tests (2 skipped)" in sentence
+    assert "passed 38 tests and skipped 2 in " in sentence
     assert json.loads(target.read_text())["passed"] == 38
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("rest\n") and "old words" not in text
