@@ -151,3 +151,38 @@ def test_the_lab_extra_plans_the_example_log(lab, tmp_path):
     assert candidate["limit_text"] == "100/min" and candidate["algorithm"] == "log"
     assert candidate["requests"] > 10_000 and 0 < candidate["rejected"] < candidate["requests"]
     assert candidate["redis"]["memory_bytes"] > 0 and candidate["redis"]["keys"] > 0
+
+
+@pytest.fixture(scope="module")
+def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The python of a venv holding the package with the `http` extra (still no fakeredis)."""
+    yield from _venv_with(tmp_path_factory, "http", f"{ROOT}[http]")
+
+
+@pytest.mark.real_redis
+def test_the_readme_first_example_protects_a_route(http, tmp_path, real_redis_url):
+    """The README's first example, saved as app.py as a user would, answers 12 requests of
+    one API key with 10 times 200, then 429s that say when to come back."""
+    readme = (ROOT / "README.md").read_text()
+    first = re.search(r"```python\n(.*?)```", readme, re.S)
+    assert first and "rate_limit(" in first.group(1), "the first example protects no route"
+    (tmp_path / "app.py").write_text(first.group(1))
+    client = (
+        "import asyncio, httpx\n"
+        "from app import app\n"
+        "async def main():\n"
+        "    transport = httpx.ASGITransport(app=app)\n"
+        "    async with httpx.AsyncClient(transport=transport, base_url='http://app') as web:\n"
+        "        for _ in range(12):\n"
+        "            r = await web.get('/search', params={'q': 'x'},\n"
+        "                              headers={'x-api-key': 'readme-%d' % id(web)})\n"
+        "            print(r.status_code, r.headers.get('retry-after'), r.headers['ratelimit'])\n"
+        "asyncio.run(main())\n"
+    )
+    done = _run(http, "-c", client, cwd=tmp_path, REDIS_URL=real_redis_url)
+    assert done.returncode == 0, done.stderr
+    lines = [line.split(" ", 2) for line in done.stdout.splitlines()]
+    assert [status for status, _, _ in lines] == ["200"] * 10 + ["429"] * 2, lines
+    assert all(retry == "None" for _, retry, _ in lines[:10])
+    assert all(retry == "1" for _, retry, _ in lines[10:]), lines
+    assert all(field.startswith('"search";r=0') for _, _, field in lines[10:]), lines
