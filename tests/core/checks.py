@@ -54,7 +54,9 @@ async def timed_check(limiter: Any, identity: str) -> tuple[Decision | Exception
 
 
 @contextlib.contextmanager
-def host_stalls(step: float = 0.01) -> Iterator[Callable[[], float]]:
+def host_stalls(
+    step: float = 0.01, events: list[tuple[float, float]] | None = None
+) -> Iterator[Callable[[], float]]:
     """Seconds the host kept this process waiting meanwhile, as a thread sees it: the sum
     of how far each of its `step`-second sleeps overran.
 
@@ -63,6 +65,9 @@ def host_stalls(step: float = 0.01) -> Iterator[Callable[[], float]]:
     not excused: the thread sleeps apart from the loop and waits at most Python's switch
     interval (5 ms) for the GIL per 10 ms step, so a blocked loop adds at most a third of
     its length here.
+
+    `events`, when given, receives every overrun as `(start, end)` on the wall clock
+    (`time.time()`), to tell which checks a stall overlapped (`stalled_within`).
     """
     stolen = [0.0]
     done = threading.Event()
@@ -72,7 +77,12 @@ def host_stalls(step: float = 0.01) -> Iterator[Callable[[], float]]:
             start = time.monotonic()
             if done.wait(step):
                 return
-            stolen[0] += max(0.0, time.monotonic() - start - step)
+            overrun = time.monotonic() - start - step
+            if overrun > 0:
+                stolen[0] += overrun
+                if events is not None:
+                    now = time.time()
+                    events.append((now - overrun, now))
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -81,6 +91,11 @@ def host_stalls(step: float = 0.01) -> Iterator[Callable[[], float]]:
     finally:
         done.set()
         watcher.join()
+
+
+def stalled_within(events: list[tuple[float, float]], start: float, end: float) -> float:
+    """Seconds of the `host_stalls` events that fall between `start` and `end`."""
+    return sum(max(0.0, min(b, end) - max(a, start)) for a, b in events)
 
 
 def assert_policy(outcome: Decision | Exception, on_error: str, *causes: type) -> None:

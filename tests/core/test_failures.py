@@ -47,7 +47,14 @@ import ratelimit
 import ratelimit.sync
 from ratelimit import Decision, RateLimiterUnavailable, algorithms
 from ratelimit.devtools.process import free_port
-from tests.core.checks import assert_policy, check, check_many, host_stalls, timed_check
+from tests.core.checks import (
+    assert_policy,
+    check,
+    check_many,
+    host_stalls,
+    stalled_within,
+    timed_check,
+)
 from tests.core.loadgen import LoadConfig, LoadResult, hammer
 
 ALGORITHMS = pytest.mark.parametrize("algorithm", algorithms.NAMES)
@@ -558,6 +565,7 @@ class Run:
     fault_end: float
     new_server_from: float | None  # a restart: Redis state before this time is gone
     key_scores: list[int]  # the sliding log right after the run
+    stalls: list[tuple[float, float]]  # when the host kept the test process waiting
 
     @property
     def checks(self) -> Any:
@@ -596,6 +604,9 @@ async def run_under_load(
             ttl_slack_ms=60_000,
         )
     stop = asyncio.Event()
+    stalls: list[tuple[float, float]] = []
+    watching = host_stalls(events=stalls)
+    watching.__enter__()
     try:
         load = asyncio.create_task(
             hammer(limiter, "victim", tasks=TASKS, duration=30, think_time=THINK, stop=stop)
@@ -612,6 +623,7 @@ async def run_under_load(
         checks = await load
     finally:
         stop.set()
+        watching.__exit__(None, None, None)
         if mode == "async":
             await client.aclose()
         else:
@@ -619,7 +631,7 @@ async def run_under_load(
     with server.client() as reader:
         scores = [int(s) for _, s in reader.zrange(config.key, 0, -1, withscores=True)]
     result = LoadResult.from_checks(config, checks)
-    return Run(result, fault_start, fault_end, new_server_from, scores)
+    return Run(result, fault_start, fault_end, new_server_from, scores, stalls)
 
 
 async def _until_counted(server: Any, key: str, n: int, deadline_s: float = 10.0) -> None:
@@ -642,16 +654,26 @@ def assert_contract(run: Run, on_error: str, *, failures_expected: bool | None) 
     else:
         assert not errors, errors
         assert (failed["allowed"] == (on_error == "allow")).all(), failed.head()
+    # What the host took from the test process while each check ran: a busy machine's
+    # share, which a bound on the library adds and a failure outside the fault explains
+    # only when it is a good part of the timeout.
+    stolen = [
+        stalled_within(run.stalls, sent, received)
+        for sent, received in zip(checks["sent"], checks["received"], strict=True)
+    ]
+    checks = checks.assign(stolen=stolen)
     # Never hang.
-    slowest = checks["latency"].max()
-    assert slowest <= LOAD_TIMEOUT + MARGIN, f"a check took {slowest:.3f} s"
+    over = checks[checks["latency"] > LOAD_TIMEOUT + MARGIN + checks["stolen"]]
+    assert over.empty, f"checks over timeout + margin + host stalls:\n{over.head()}"
     # Normal before the fault and once it is over: it resumes by itself.
     before = checks[checks["received"] < run.fault_start]
     after = checks[checks["sent"] >= run.fault_end]
     assert len(before) > 0 and len(after) >= MIN_AFTER, (len(before), len(after))
     for phase, rows in (("before", before), ("after", after)):
         bad = rows[(rows["error"] != "") | rows["degraded"]]
+        bad = bad[bad["stolen"] < LOAD_TIMEOUT / 3]
         assert bad.empty, f"{len(bad)} failed checks {phase} the fault:\n{bad.head()}"
+    slowest = checks["latency"].max()
     # The fault was real (or, for SCRIPT FLUSH, invisible). None: a quick restart may
     # fall between two checks.
     if failures_expected is not None:
