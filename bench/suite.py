@@ -132,6 +132,15 @@ class Options:
         )
 
 
+def _why(url: str | None) -> str:
+    """Why this Redis: said before anything is measured on it."""
+    if url and url == os.environ.get("REDIS_URL"):
+        return "REDIS_URL"
+    if url == DEFAULT_URL:
+        return "REDIS_URL is unset and the local default answered"
+    return "REDIS_URL is unset and no local Redis answered" if url is None else "given"
+
+
 def pick_url() -> str | None:
     """REDIS_URL, else 127.0.0.1:6379 when it answers, else None (fakeredis)."""
     url = os.environ.get("REDIS_URL")
@@ -243,6 +252,7 @@ def run(options: Options | None = None, url: str | None = "auto") -> dict[str, A
         "redis_version": server_version(url),
         "options": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(o).items()},
     }
+    progress.say(f"[bench] measuring on the {report['backend']} ({_why(url)})")
     with cost_server(url, o.private_server) as (cost_url, where):
         report.update(asyncio.run(_async_parts(url, cost_url, where, o, timer)))
         if "memory" in o.parts:

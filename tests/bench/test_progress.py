@@ -109,7 +109,9 @@ def test_a_quick_run_says_it_is_a_smoke_run(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"[bench] {summary.SMOKE}"
-    assert lines[1] == "[bench 1/1] checks: started"
+    # Which Redis, and why that one, before anything is measured on it.
+    assert lines[1].startswith("[bench] measuring on the ") and lines[1].endswith(")")
+    assert lines[2] == "[bench 1/1] checks: started"
     assert "[bench 1/1] checks: round 2/2" in lines
     assert f"this is {summary.SMOKE}" in lines
     targets = lines.index("targets (ratios: the median of same-round ratios):")
