@@ -242,9 +242,10 @@ async def test_cost_as_an_async_function_and_as_a_dependency():
     def validated_cost(units: int = Query(ge=1, le=5)) -> int:  # noqa: B008
         return units
 
-    by_function = small_app(ratelimit.SlidingWindowLimiter(redis, 1, 10), cost=async_cost)
+    # Minute windows: the requests of each app fall in one, however slow the host.
+    by_function = small_app(ratelimit.SlidingWindowLimiter(redis, 60, 10), cost=async_cost)
     by_dependency = small_app(
-        ratelimit.SlidingWindowLimiter(redis, 1, 10, "other"), cost=Depends(validated_cost)
+        ratelimit.SlidingWindowLimiter(redis, 60, 10, "other"), cost=Depends(validated_cost)
     )
     async with http(by_function) as c:
         assert (await c.get("/thing")).json()["cost"] == 2
@@ -590,7 +591,8 @@ async def test_an_unexpected_error_in_the_check_follows_the_policy(on_error, sta
 
 
 async def test_a_synchronous_limiter_works_too():
-    limiter = ratelimit.sync.SlidingWindowLimiter(ratelimit.connect_sync(embedded=True), 1, 10)
+    # A minute's window: the twelve requests fall in one, however slow the host.
+    limiter = ratelimit.sync.SlidingWindowLimiter(ratelimit.connect_sync(embedded=True), 60, 10)
     app = small_app(limiter)
     async with http(app) as c:
         statuses = [(await c.get("/thing")).status_code for _ in range(12)]
