@@ -96,6 +96,7 @@ def _run_all_cells(driver) -> None:
 
 
 def test_explorer_slider_redraws_the_figure(browser, widget_lab: Lab) -> None:  # noqa: F811
+    from selenium.common.exceptions import StaleElementReferenceException as Stale
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -122,7 +123,11 @@ def test_explorer_slider_redraws_the_figure(browser, widget_lab: Lab) -> None:  
                 return imgs[0].get_attribute("src") or False
             return False
 
-        before = WebDriverWait(driver, UI_TIMEOUT).until(first_figure)
+        # The page redraws the figure as it likes: an element found one moment may be
+        # replaced the next, which is a reason to look again, not a failure.
+        before = WebDriverWait(driver, UI_TIMEOUT, ignored_exceptions=(Stale,)).until(
+            first_figure
+        )
         readout = driver.find_element(By.CSS_SELECTOR, READOUT).text.strip()
         assert readout == "10", f"the slider starts at {readout!r}, not figure's default 10"
 
@@ -136,8 +141,9 @@ def test_explorer_slider_redraws_the_figure(browser, widget_lab: Lab) -> None:  
             src = imgs[0].get_attribute("src") if len(imgs) == 1 else None
             return src if src and src != before else False
 
-        after = WebDriverWait(driver, REDRAW_TIMEOUT).until(new_figure)
-        WebDriverWait(driver, REDRAW_TIMEOUT).until(lambda d: d.find_element(
+        redraw = WebDriverWait(driver, REDRAW_TIMEOUT, ignored_exceptions=(Stale,))
+        after = redraw.until(new_figure)
+        redraw.until(lambda d: d.find_element(
             By.CSS_SELECTOR, READOUT).text.strip() == "11")
     except TimeoutException as exc:
         shot = _screenshot(driver)
