@@ -605,25 +605,23 @@ async def run_under_load(
         )
     stop = asyncio.Event()
     stalls: list[tuple[float, float]] = []
-    watching = host_stalls(events=stalls)
-    watching.__enter__()
     try:
-        load = asyncio.create_task(
-            hammer(limiter, "victim", tasks=TASKS, duration=30, think_time=THINK, stop=stop)
-        )
-        await asyncio.sleep(BEFORE)
-        # On a busy host the load's threads can take longer than BEFORE to start: the
-        # fault waits until the server has counted a few checks.
-        await _until_counted(server, config.key, 5)
-        fault_start = time.time()
-        new_server_from = await fault()
-        fault_end = time.time()
-        await asyncio.sleep(AFTER)
-        stop.set()
-        checks = await load
+        with host_stalls(events=stalls):
+            load = asyncio.create_task(
+                hammer(limiter, "victim", tasks=TASKS, duration=30, think_time=THINK, stop=stop)
+            )
+            await asyncio.sleep(BEFORE)
+            # On a busy host the load's threads can take longer than BEFORE to start: the
+            # fault waits until the server has counted a few checks.
+            await _until_counted(server, config.key, 5)
+            fault_start = time.time()
+            new_server_from = await fault()
+            fault_end = time.time()
+            await asyncio.sleep(AFTER)
+            stop.set()
+            checks = await load
     finally:
         stop.set()
-        watching.__exit__(None, None, None)
         if mode == "async":
             await client.aclose()
         else:
