@@ -38,7 +38,7 @@ from ratelimit import Decision
 from ratelimit.backends import parse_sentinel_url
 from ratelimit.devtools.sentinel import LocalSentinel
 from tests.conftest import _missing
-from tests.core.checks import check
+from tests.core.checks import check, host_stalls, stalled_within
 from tests.core.loadgen import hammer
 
 TIMEOUT = 0.5  # the limiters' timeout
@@ -187,24 +187,33 @@ async def test_checks_go_on_through_a_failover(healthy, mode, fault, on_error):
     assert not script_on(healthy, healthy.replica(), sha)
     old = healthy.primary_address()
     stop = asyncio.Event()
-    load = asyncio.create_task(
-        hammer(limiter, "victim", tasks=3, duration=60, think_time=THINK, stop=stop)
-    )
-    try:
-        await _until(lambda: healthy.primary().client().zcard(limiter.key_for("victim")) >= 5)
-        fault_start = time.time()
-        if fault == "failover":
-            await asyncio.to_thread(healthy.failover)
-        else:
-            await asyncio.to_thread(healthy.kill_primary)
-            await asyncio.to_thread(healthy.wait_for_primary, old)
-        switched = time.time()
-        await asyncio.sleep(GRACE + AFTER)
-    finally:
-        stop.set()
-        checks = await load
-        await close(client)
+    stalls: list[tuple[float, float]] = []
+    with host_stalls(events=stalls):
+        load = asyncio.create_task(
+            hammer(limiter, "victim", tasks=3, duration=60, think_time=THINK, stop=stop)
+        )
+        try:
+            await _until(lambda: healthy.primary().client().zcard(limiter.key_for("victim")) >= 5)
+            fault_start = time.time()
+            if fault == "failover":
+                await asyncio.to_thread(healthy.failover)
+            else:
+                await asyncio.to_thread(healthy.kill_primary)
+                await asyncio.to_thread(healthy.wait_for_primary, old)
+            switched = time.time()
+            await asyncio.sleep(GRACE + AFTER)
+        finally:
+            stop.set()
+            checks = await load
+            await close(client)
     assert healthy.primary_address() != old
+    # What a busy host took from this process while each check ran: a check the host
+    # stalled for a good part of its timeout may fail outside the switch.
+    stolen = [
+        stalled_within(stalls, sent, received)
+        for sent, received in zip(checks["sent"], checks["received"], strict=True)
+    ]
+    checks = checks.assign(stolen=stolen)
 
     errors = collections.Counter(checks["error"][checks["error"] != ""])
     failed = checks[(checks["error"] != "") | checks["degraded"]]
@@ -214,13 +223,19 @@ async def test_checks_go_on_through_a_failover(healthy, mode, fault, on_error):
     else:
         assert not errors, errors
         assert not failed["allowed"].any()
-    # Failures only during the switch; real decisions before it and after it.
-    assert (failed["sent"] >= fault_start).all(), failed.head()
-    assert (failed["sent"] < switched + GRACE).all(), failed.head()
+    # Failures only during the switch (or where the host stalled the check); real
+    # decisions before it and after it.
+    unexcused = failed[failed["stolen"] < TIMEOUT / 3][["sent", "latency", "error", "stolen"]]
+    early = unexcused[unexcused["sent"] < fault_start]
+    late = unexcused[unexcused["sent"] >= switched + GRACE]
+    assert early.empty, f"failed before the fault (s from it):\n{_from(early, fault_start)}"
+    assert late.empty, f"failed after the switch (s from it):\n{_from(late, switched)}"
     before = checks[checks["received"] < fault_start]
     after = checks[checks["sent"] >= switched + GRACE]
     assert len(before) > 0 and len(after) >= 20, (len(before), len(after))
-    assert (after["allowed"] & ~after["degraded"] & (after["error"] == "")).all()
+    real = after["allowed"] & ~after["degraded"] & (after["error"] == "")
+    assert (real | (after["stolen"] >= TIMEOUT / 3)).all(), after[~real].head()
+    assert real.sum() >= 20, real.sum()
     if fault == "kill":
         assert len(failed) > 0  # the dead primary was noticed, and the policy answered
     # NOSCRIPT recovered on the promoted replica: its cache now holds the script.
@@ -231,6 +246,11 @@ async def test_checks_go_on_through_a_failover(healthy, mode, fault, on_error):
         f"\n{mode} {fault} ({on_error}): {len(checks)} checks, {len(failed)} failed over "
         f"{degraded_for:.2f} s; new primary announced {switched - fault_start:.2f} s later"
     )
+
+
+def _from(rows: Any, moment: float) -> Any:
+    """The first rows, their send times counted from `moment`."""
+    return rows.assign(sent=rows["sent"] - moment).head(10)
 
 
 async def _until(condition: Any, within: float = 10.0) -> None:
