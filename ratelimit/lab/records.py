@@ -44,8 +44,8 @@ CHAPTERS = {
     "03_memory_per_key": "memory_per_key",
     "04_atomicity_and_failures": "atomicity_and_failures",
     "05_algorithms_and_capacity": "algorithms_and_capacity",
-    "06_http_route": "http_route",
-    "07_your_traffic": "your_traffic",
+    "07_http_route": "http_route",
+    "08_your_traffic": "your_traffic",
 }
 
 

@@ -1,4 +1,4 @@
-"""Chapter 7 on another log: `make plan` fills its parameters cell with papermill, and
+"""Chapter 8 on another log: `make plan` fills its parameters cell with papermill, and
 the chapter runs on a log that is not the example (a JSON-lines log here), where its
 example-only asserts and records stay out of the way."""
 
@@ -14,7 +14,7 @@ import pytest
 from ratelimit.lab import samplelog
 
 ROOT = Path(__file__).parents[2]
-CHAPTER = ROOT / "notebooks" / "07_your_traffic.ipynb"
+CHAPTER = ROOT / "notebooks" / "08_your_traffic.ipynb"
 
 
 def _outputs(notebook: dict) -> str:
@@ -56,7 +56,7 @@ def test_make_plan_passes_the_log_and_limit_to_papermill(tmp_path):
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
     command = dry.stdout
-    assert "papermill" in command and "07_your_traffic.ipynb" in command
+    assert "papermill" in command and "08_your_traffic.ipynb" in command
     assert f'-p LOG "{log}"' in command and '-p LIMIT "30/min"' in command
     assert '-p IDENTITY "api_key"' in command and "nbconvert --to html" in command
 
@@ -66,7 +66,7 @@ def test_the_chapter_plans_another_log(tmp_path, monkeypatch):
     papermill = pytest.importorskip("papermill")
     log = tmp_path / "api.jsonl"
     sent = _jsonl_log(log)
-    out = tmp_path / "07_your_traffic.ipynb"
+    out = tmp_path / "08_your_traffic.ipynb"
     monkeypatch.delenv("RATELIMIT_SAVE_MEASUREMENTS", raising=False)  # records off
     papermill.execute_notebook(
         str(CHAPTER),

@@ -1,4 +1,4 @@
-"""Chapter 6's module: the demo app's answers, the client loop over HTTP and on the model,
+"""Chapter 7's module: the demo app's answers, the client loop over HTTP and on the model,
 the outage table, the real server, and the figures drawn from what they computed."""
 
 from __future__ import annotations
@@ -385,7 +385,7 @@ async def test_effective_window_example_says_when_the_first_unit_returns():
 def test_the_readme_texts_quote_only_recorded_numbers():
     from ratelimit.lab import records
 
-    values = records.load("06_http_route", records.NOTEBOOKS_DIR / records.RECORDS_DIR)
+    values = records.load("07_http_route", records.NOTEBOOKS_DIR / records.RECORDS_DIR)
     for template in (http_route.SUMMARY, http_route.HEADLINE):
         text = records.fill(template, values["values"], "http_route")
         assert "{" not in text

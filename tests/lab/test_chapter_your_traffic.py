@@ -1,4 +1,4 @@
-"""Chapter 7's module: the demand per identity, the near-cache and batching estimates,
+"""Chapter 8's module: the demand per identity, the near-cache and batching estimates,
 and the tables and sensitivity it builds on the planner, each against an independent
 count."""
 

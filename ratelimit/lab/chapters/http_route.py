@@ -1,4 +1,4 @@
-"""Chapter 6 (the HTTP route): the demo API's answers, its clients and its outages.
+"""Chapter 7 (the HTTP route): the demo API's answers, its clients and its outages.
 
 Sections 1 to 5 call the demo API (`ratelimit.demo`) in this process through httpx's
 ASGI transport (no sockets), on a fresh embedded Redis whatever `REDIS_URL` says, so
@@ -85,7 +85,7 @@ __all__ = [
     "within",
 ]
 
-# The chapter's parameters (notebooks/06_http_route.ipynb, its "parameters" cell).
+# The chapter's parameters (notebooks/07_http_route.ipynb, its "parameters" cell).
 LIMIT = 10  # /within budget: cost units per window, per client
 WINDOW_S = 1  # window width, seconds
 TILES_LIMIT = 100  # /tiles budget per window

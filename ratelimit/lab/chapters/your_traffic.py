@@ -1,4 +1,4 @@
-"""Chapter 7, your traffic: an access log in, a limit policy and a Redis plan out.
+"""Chapter 8, your traffic: an access log in, a limit policy and a Redis plan out.
 
 The chapter is the `plan` command (`ratelimit.lab.planner`) with pictures. It reads a
 log with `ratelimit.lab.accesslog` (the lab's own example log unless it is given
@@ -34,7 +34,7 @@ from ratelimit.lab.plotting import COLORS
 from ratelimit.lab.timebase import seconds_to_ms
 
 # The README's chapter-table cell and gallery text, filled from the chapter's records
-# (notebooks/data/records/07_your_traffic.json) by `ratelimit.lab.records`.
+# (notebooks/data/records/08_your_traffic.json) by `ratelimit.lab.records`.
 TITLE = "Your traffic"
 SUMMARY = (
     "an access log in, a limit policy and a Redis plan out: on the lab's example log "
