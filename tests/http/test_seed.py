@@ -1,12 +1,16 @@
 """The seed's own verification, typed as the seed types it: after the twelve geofence
 requests of API key "demo" against the demo server on a real Redis,
-`redis-cli ZCARD "rl:geofence:key:demo"` answers 10 and `redis-cli PTTL` at most 1000."""
+`redis-cli ZCARD "rl:geofence:key:demo"` answers 10 and `redis-cli PTTL` at most 1000;
+and the README's two blocks for it (twelve in a row, fifty at once), run by bash as a
+reader pastes them."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -20,6 +24,7 @@ WITHIN = {"lng": 13.4, "lat": 52.5, "radius": 500}
 # admit, or the key has expired. A round slower than that on a busy machine says
 # nothing about the keys and is run again, up to ROUNDS in all.
 ROUNDS = 10
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def redis_cli(*args: str) -> str:
@@ -81,3 +86,65 @@ async def test_an_api_key_a_plain_key_cannot_hold_is_a_400_and_writes_nothing(cl
     assert ok.status_code == 200
     written = [k async for k in client.scan_iter(match=f"{prefix}:*")]
     assert written == [f"{prefix}:geofence:key:fine".encode()]
+
+
+def readme_block(name: str) -> str:
+    """The README's `sh` block after its `<!-- seed:NAME ... -->` marker."""
+    found = re.search(rf"<!-- seed:{name} .*?-->\n```sh\n(.*?)```", README.read_text("utf-8"), re.S)
+    assert found, f"README.md has no sh block marked seed:{name}"
+    return found.group(1)
+
+
+def paste(block: str, server: DemoServer, api_key: str) -> tuple[list[str], float]:
+    """Run `block` in bash as pasted, against `server` and for `api_key` in place of
+    the README's 127.0.0.1:8000 and "demo"; its output lines and how long it took."""
+    assert "http://127.0.0.1:8000" in block and "x-api-key: demo" in block
+    script = (
+        block.replace("http://127.0.0.1:8000", server.url)
+        .replace("x-api-key: demo", f"x-api-key: {api_key}")
+        .replace('"rl:geofence:key:demo"', f'"rl:geofence:key:{api_key}"')
+    )
+    start = time.monotonic()
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr  # nothing but the answers on the screen
+    return done.stdout.splitlines(), took
+
+
+def test_the_readmes_seed_blocks_as_pasted(default_redis):
+    """Twelve in a row: ten 200s, two 429s, ZCARD 10, PTTL at most 1000. Fifty at once:
+    the key holds exactly 10, at most ten 200s, every other answer a 429. A round slower
+    than the window (a busy machine) says nothing about the key and is run again."""
+    if not shutil.which("curl"):
+        pytest.skip("the README's blocks need curl")
+    api_key = "readme-seed"
+    key = f"rl:geofence:key:{api_key}"
+    server = DemoServer(redis_url="redis://127.0.0.1:6379/0")
+    try:
+        server.start()
+        for _ in range(ROUNDS):
+            default_redis.delete(key)
+            sequential, took = paste(readme_block("sequential"), server, api_key)
+            if took < 1.0:
+                break
+        else:
+            pytest.fail(f"{ROUNDS} rounds each took over a second: the machine is too busy")
+        for _ in range(ROUNDS):
+            default_redis.delete(key)
+            concurrent, took = paste(readme_block("concurrent"), server, api_key)
+            if took < 2.0:  # the block's own `sleep 1`, then one window
+                break
+        else:
+            pytest.fail(f"{ROUNDS} rounds each took over a second: the machine is too busy")
+    finally:
+        server.close()
+        default_redis.close()
+    statuses, zcard, pttl = sequential
+    assert statuses.split() == ["200"] * 10 + ["429"] * 2
+    assert zcard == "10" and 0 < int(pttl) <= 1000
+    *tally_lines, zcard = concurrent
+    tally = {code: int(n) for n, code in (line.split() for line in tally_lines)}
+    assert zcard == "10", concurrent
+    assert set(tally) <= {"200", "429"} and sum(tally.values()) == 50, tally
+    assert 1 <= tally.get("200", 0) <= 10, tally
