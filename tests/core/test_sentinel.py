@@ -225,8 +225,11 @@ async def test_checks_go_on_through_a_failover(healthy, mode, fault, on_error):
         assert not failed["allowed"].any()
     # Failures only during the switch (or where the host stalled the check); real
     # decisions before it and after it.
-    unexcused = failed[failed["stolen"] < TIMEOUT / 3][["sent", "latency", "error", "stolen"]]
-    early = unexcused[unexcused["sent"] < fault_start]
+    # A check sent just before the fault that was still in flight when it came is the
+    # fault's: only a failure answered before the fault began is early.
+    unexcused = failed[failed["stolen"] < TIMEOUT / 3]
+    unexcused = unexcused[["sent", "received", "latency", "error", "stolen"]]
+    early = unexcused[unexcused["received"] < fault_start]
     late = unexcused[unexcused["sent"] >= switched + GRACE]
     assert early.empty, f"failed before the fault (s from it):\n{_from(early, fault_start)}"
     assert late.empty, f"failed after the switch (s from it):\n{_from(late, switched)}"
@@ -249,8 +252,8 @@ async def test_checks_go_on_through_a_failover(healthy, mode, fault, on_error):
 
 
 def _from(rows: Any, moment: float) -> Any:
-    """The first rows, their send times counted from `moment`."""
-    return rows.assign(sent=rows["sent"] - moment).head(10)
+    """The first rows, their send and answer times counted from `moment`."""
+    return rows.assign(sent=rows["sent"] - moment, received=rows["received"] - moment).head(10)
 
 
 async def _until(condition: Any, within: float = 10.0) -> None:
