@@ -65,9 +65,11 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     args.redis_url = load_url(args.redis_url)
 
-    redis = ratelimit.connect(args.redis_url)
+    # Generous timeouts: this counts leases, and on a busy machine a slow answer (or a
+    # slow connect) is still an answer, not a 503.
+    redis = ratelimit.connect(args.redis_url, timeout=10.0)
     prefix = f"leaseload:{uuid.uuid4().hex[:8]}"
-    limiter = ratelimit.ConcurrencyLimiter(redis, args.limit, 30, prefix, timeout=2)
+    limiter = ratelimit.ConcurrencyLimiter(redis, args.limit, 30, prefix, timeout=10.0)
     app, seen = build(limiter, args.service_ms / 1000)
     port = free_port()
     server = uvicorn.Server(

@@ -107,11 +107,12 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     args.redis_url = load_url(args.redis_url)
 
-    redis = ratelimit.connect(args.redis_url)
+    # Generous timeouts, for connecting as for answering: this measures decisions, and a
+    # busy machine's slow answer is still one (with 1 s, checks in CI runs beside CPU
+    # burners came back as 503s, once while the client was still connecting).
+    redis = ratelimit.connect(args.redis_url, timeout=10.0)
     prefix = f"tieredload:{uuid.uuid4().hex[:8]}"
     clock: Any = "redis" if args.clock == "redis" else time.time
-    # A generous timeout: this measures decisions, and a busy machine's slow answer is
-    # still one (with 1 s, two checks in a CI run beside CPU burners came back as 503s).
     limiter = ratelimit.TieredLimiter(
         redis, args.tiers, prefix, algorithm=args.algorithm, clock=clock, timeout=10.0
     )
