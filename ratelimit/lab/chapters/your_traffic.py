@@ -116,7 +116,7 @@ def remove_example_logs() -> list[Path]:
 def example_offsets() -> list[str]:
     """The UTC offsets the example log's two servers write their times in: "UTC+01:00"."""
     texts = []
-    for seconds in samplelog._SERVER_OFFSETS_S:
+    for seconds in samplelog.SERVER_OFFSETS_S:
         sign, minutes = ("+" if seconds >= 0 else "-"), abs(seconds) // 60
         texts.append(f"UTC{sign}{minutes // 60:02d}:{minutes % 60:02d}")
     return texts
