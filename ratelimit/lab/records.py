@@ -43,7 +43,8 @@ CHAPTERS = {
     "02_clock_skew": "clock_skew",
     "03_memory_per_key": "memory_per_key",
     "04_atomicity_and_failures": "atomicity_and_failures",
-    "05_algorithms_and_capacity": "algorithms_and_capacity",
+    "05_algorithms_and_cost": "algorithms_and_cost",
+    "06_capacity_planning": "capacity_planning",
     "07_http_route": "http_route",
     "08_your_traffic": "your_traffic",
 }

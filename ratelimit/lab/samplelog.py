@@ -58,7 +58,7 @@ EXAMPLE_BAD_LINES = {101: "malformed", 4_321: "bad time", 12_345: "malformed"}
 """1-based line numbers of the example's bad lines, besides its last line (truncated),
 and the reason `ratelimit.lab.accesslog` gives for each."""
 
-_SERVER_OFFSETS_S = (3600, -5 * 3600)  # the two servers' UTC offsets
+SERVER_OFFSETS_S = (3600, -5 * 3600)  # the two servers' UTC offsets
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _LARGE_START = int(datetime(2026, 3, 1, tzinfo=UTC).timestamp())
 _LARGE_BLOCK = 500_000
@@ -163,7 +163,7 @@ def write_example(path: str | Path, *, seed: int = 7) -> Path:
     lines = []
     for row in frame.itertuples(index=False):
         second = EXAMPLE_START + math.floor(row.time)
-        stamp = _clf_time(second, _SERVER_OFFSETS_S[row.server])
+        stamp = _clf_time(second, SERVER_OFFSETS_S[row.server])
         lines.append(
             f'{row.host} - {row.key} [{stamp}] "GET {row.path} HTTP/1.1" {row.status} {row.bytes}'
         )

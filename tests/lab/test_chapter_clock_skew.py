@@ -192,10 +192,36 @@ def test_regimes_read_the_curve_off_the_table():
     assert curve["peak_small_min"] == curve["peak_small_max"] == 11
     assert curve["ratio_small_min"] == 0.8 and curve["ratio_small_max"] == 0.9
     assert curve["peak_large"] == 12 and curve["large_skew_from_ms"] == 10
+    assert curve["peak_first_level"] == 11 and curve["first_level_to_ms"] == 4
     assert curve["ratio_min"] == 0.8 and curve["ratio_max"] == 1.1
     assert curve["most_late_per_s"] == 2.0
     with pytest.raises(ValueError):
         clock_skew.regimes(table, 5)  # not a skew of the table
+
+
+def test_the_wider_sweep_varies_replicas_rates_and_seeds_only():
+    quick = clock_skew.Setup(duration_s=10.0, max_skew_ms=500, skew_step_ms=250)
+    peaks = clock_skew.generality(quick, (2, 4), (20.0,), (1, 2))
+    assert len(peaks) == 2 * 2 * len(quick.skews_ms)
+    one = peaks[(peaks.replicas == 4) & (peaks.seed == 2)].set_index("S (ms)").peak
+    again = clock_skew.Setup(duration_s=10.0, max_skew_ms=500, skew_step_ms=250, replicas=4,
+                             rate=20.0, seed=2)  # fmt: skip
+    assert one.tolist() == [again.peak(again.replay(s)) for s in again.skews_ms]
+    table = clock_skew.generality_table(peaks, quick.limit, 20, (1, 500))
+    assert table.columns.tolist() == [
+        "S = 1 ms",
+        "S = 500 ms",
+        "fewest, 0 < S <= 20 ms",
+        "most, S <= 20 ms",
+        "most, any S",
+        "limit + N - 1",
+    ]
+    assert table["limit + N - 1"].tolist() == [11, 13]
+    skewed = peaks[peaks["S (ms)"] > 0]
+    assert table["most, any S"].tolist() == skewed.groupby("replicas").peak.max().tolist()
+    quoted = clock_skew.generality_records(peaks, table, 20)
+    assert quoted["grid_replays"] == (len(peaks), ",d") and quoted["grid_seeds"][0] == 2
+    assert (quoted["grid_replicas_min"][0], quoted["grid_replicas_max"][0]) == (2, 4)
 
 
 def test_expiry_table_replays_the_classic_per_ttl(swept):

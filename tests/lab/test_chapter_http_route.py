@@ -417,3 +417,36 @@ async def test_in_flight_is_rate_times_service_time_and_leases_cap_it():
     fig = http_route.in_flight_figure([alone, leased], duration_s=6)
     assert same(plotted(fig), [alone.curve_in_flight, leased.curve_in_flight])
     plt.close(fig)
+
+
+async def test_tiers_name_the_binding_tier_and_quota_spends_nothing():
+    """3 per second and 10 per 10 s: the per-second tier binds until the ten are spent,
+    then the 10 s tier refuses with its own wait; a peek (GET /quota) then writes
+    nothing, and a reset empties both tiers."""
+    run = await http_route.tiers_run(["3/s", "10/10s"], duration_s=4.5)
+    req = run.requests
+    long = req[(req["status"] == 429) & (req["tier named"] == "geofence-10s")]
+    assert (
+        len(long) == 1
+        and (req[req["time (s)"] < long["time (s)"].iloc[0]]["status"] == 200).sum() == 10
+    )
+    assert long["t"].iloc[0] == -(-long["Retry-After-Ms"].iloc[0] // 1000)
+    table = http_route.tiers_table(run)
+    assert table["answers"].sum() == len(req)
+    steps = await http_route.quota_and_reset(run)
+    entries = steps.filter(like="entries").to_numpy()
+    assert steps["status"].tolist() == [200, 200, 429, 200, 200, 200]
+    assert (entries[0] == entries[2]).all() and (entries[3] == 0).all() and (entries[5] == 1).all()
+    assert (
+        json.loads(steps["answer"][1])["retry_after"]
+        == http_route.parse_item(steps["answer"][3])["t"]
+    )
+    http_route.tiers_figure(run)
+
+
+def test_headline_numbers_are_plain_and_follow_the_summary():
+    runs = [http_route.simulate(client=name) for name in http_route.CLIENTS]
+    numbers = http_route.headline_numbers(http_route.summary(runs))
+    assert numbers["hammer_admitted"][0] == runs[0].admitted_count
+    assert all(type(value) in (int, float) for value, _, _ in numbers.values())
+    assert numbers["polite_loss_pct"][0] == 1 - runs[1].admitted_count / runs[0].admitted_count

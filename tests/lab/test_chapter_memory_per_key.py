@@ -518,8 +518,7 @@ def test_the_committed_records_are_the_stored_tables(table):
 def test_the_conclusion_quotes_only_recorded_numbers(table):
     """The conclusion is rendered from the records: its fields are records, and the only
     numbers typed into it are not measurements (the compact log's 6-byte entries in
-    chunks of 63, 3-byte members, Redis versions, section numbers) or sizes section 5
-    asserts (1, 8, 10 and 16 entries)."""
+    chunks of 63, 3-byte members, O(1), Redis versions, section numbers)."""
     import re
     import string
 
@@ -528,7 +527,7 @@ def test_the_conclusion_quotes_only_recorded_numbers(table):
     assert fields and fields - set(_texts(table)) == set()
     literal = "".join(text for text, _, _, _ in string.Formatter().parse(template))
     typed = set(re.findall(r"\d+(?:\.\d+)*", literal))
-    assert typed <= {"1", "3", "5", "6", "7.0", "8", "10", "16", "63"}, typed
+    assert typed <= {"1", "3", "5", "6", "7.0", "8", "63"}, typed
     # The notebook renders it (rather than typing numbers into a Markdown cell).
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     sources = ["".join(c["source"]) for c in cells]

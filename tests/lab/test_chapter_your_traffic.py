@@ -157,3 +157,47 @@ def test_redis_table_and_sensitivity_scale_the_plan(example):
     with pytest.raises(ValueError, match="no candidate"):
         yt.sensitivity(plan, "7/min")
     yt.sensitivity_figure(growth, "100/min")
+
+
+def test_shard_crossings_are_where_the_second_shard_starts(example):
+    """The bisection's growth against the closed form: at these peaks the checks fill a
+    shard first, so the crossing is where the peak checks reach a shard's usable share,
+    and just below it one shard still carries the traffic."""
+    _, _, _, plan = example
+    crossings = yt.shard_crossings(plan, "100/min")
+    assert crossings["growth"].is_monotonic_increasing and len(crossings) == 4
+    usable = 1 - plan.shard.headroom
+    for c in plan.candidates:
+        if c.limit_text != "100/min":
+            continue
+        row = crossings.loc[c.algorithm]
+        assert row["needed for"] == "checks"
+        exact = row["one shard's checks/s"] * usable / c.redis.peak_checks_per_s
+        assert row["growth"] == pytest.approx(exact, rel=1e-8)
+        near = yt.sensitivity(plan, "100/min", growth=[row["growth"] * (1 - 1e-6), row["growth"]])
+        assert near[near["algorithm"] == c.algorithm]["shards"].tolist() == [1, 2]
+    third = yt.shard_crossings(plan, "100/min", shards=3)
+    assert (third["growth"] > crossings["growth"].reindex(third.index)).all()
+    with pytest.raises(ValueError, match="shards"):
+        yt.shard_crossings(plan, "100/min", shards=1)
+
+
+def test_the_example_log_in_a_temporary_folder_is_removed():
+    log = yt.example_log()
+    assert log.exists()
+    assert yt.remove_example_logs() == [log.parent]
+    assert not log.parent.exists() and yt.remove_example_logs() == []
+
+
+def test_split_networks_finds_the_rotating_client_and_the_planners_difference(example):
+    log, _, _, _ = example
+    split = yt.split_networks(log, "100/min", cost=samplelog.example_cost)
+    assert list(split.index) == ["2001:db8:7:2::/64"]  # heavy-2, four addresses of one /64
+    assert split["addresses"].iloc[0] == 4 and split["escaped"].iloc[0] > 0
+    server = planner.choose_server_time(measure=False)
+    rejected = {}
+    for prefix in (64, 128):
+        by_host, _ = yt.load(log, identity="host", cost=samplelog.example_cost, ipv6_prefix=prefix)
+        plan = planner.plan_trace(by_host, ["100/min"], ["log"], server_time=server)
+        rejected[prefix] = plan.candidates[0].rejected
+    assert split["escaped"].sum() == rejected[64] - rejected[128]

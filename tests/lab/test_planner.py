@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TABLE = memory.load_table(memory.STORED_TABLE)
 GIB = 2**30
 T0 = 1_796_000_000.0  # a whole second (and minute, hour, day) in Unix time
-KEY_OVERHEAD = 64  # chapter 5's shard: bytes per key MEMORY USAGE leaves out
+KEY_OVERHEAD = 64  # chapter 6's shard: bytes per key MEMORY USAGE leaves out
 MODELS = {a.name: getattr(reference, a.class_name) for a in algorithms.ALGORITHMS}
 # How many windows a key lives after it is written, per algorithm (the scripts' TTLs;
 # GCRA's is window * burst / limit, and the burst defaults to the limit).

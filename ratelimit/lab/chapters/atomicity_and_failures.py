@@ -598,6 +598,25 @@ def script_sha(limiter: Any) -> str:
     return hashlib.sha1(limiter.script.encode()).hexdigest()
 
 
+def script_heads() -> pd.DataFrame:
+    """The first line of the sliding log's script as each kind of client is sent it, read
+    from the limiter itself (`limiter.script`): on a real Redis the Redis 7 shebang
+    (`ratelimit/scripts.py`), on the embedded fakeredis, which cannot parse one, the
+    plain text. Building a limiter sends nothing, so the real client never connects."""
+    clients = {
+        "a real Redis (redis-py)": redis.Redis(),
+        "the embedded fakeredis": backend.Backend("embedded").sync_client(),
+    }
+    heads = {}
+    for label, client in clients.items():
+        limiter = _SORTED_LOG.build("sync", client, 1, 10)
+        heads[label] = limiter.script.splitlines()[0]
+        client.close()
+    return pd.DataFrame(
+        {"the script's first line": heads}, index=pd.Index(list(heads), name="client")
+    )
+
+
 @dataclass
 class Disturbed:
     """A replay with disturbances: its decisions, whether the script was cached right

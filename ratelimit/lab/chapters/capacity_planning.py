@@ -1,5 +1,6 @@
-"""Chapter 5, section 7: how much Redis a fleet needs, from one traffic scenario and a
-measured server time per check.
+"""Chapter 6: how much Redis a fleet needs, from one traffic scenario and a measured
+server time per check, for the sliding log as it ships (compact), the sorted-set log
+beside it, and the three O(1) algorithms.
 
     from ratelimit.lab.chapters import capacity_planning as planning
     server = planning.bench_server_time()                  # what `make bench` recorded
@@ -13,8 +14,10 @@ assumption both the memory and the operations come from: a sliding-log key holds
 that traffic puts in one window, and the same traffic makes the checks. Server time per
 check is never typed in: it is what the latest `make bench` recorded
 (`bench/record.json`), or what `capacity.measure_server_time` measures on the reader's
-Redis. Bytes per key come from chapter 3's stored table. Paths are relative to the
-notebooks' folder.
+Redis. Bytes per key come from chapter 3's stored table: the compact log's rows for
+"logc" (`SlidingWindowLimiter`'s default, `storage="compact"`), the sorted set's for
+"log". Paths are relative to the notebooks' folder. `TITLE`, `SUMMARY` and `HEADLINE`
+are the README's texts for the chapter, filled from its records.
 """
 
 from __future__ import annotations
@@ -41,9 +44,14 @@ if TYPE_CHECKING:
 __all__ = [
     "BENCH_RECORD",
     "FULL",
+    "HEADLINE",
+    "KEYS_AXIS",
     "LABELS",
+    "PLANNED",
     "POLICY_SWEEP",
     "STEADY",
+    "SUMMARY",
+    "TITLE",
     "Fleet",
     "Shard",
     "bench_server_time",
@@ -51,6 +59,7 @@ __all__ = [
     "expected_legends",
     "findings",
     "inputs",
+    "key_bytes",
     "legends",
     "measure_and_replan",
     "figure",
@@ -61,10 +70,44 @@ __all__ = [
     "shards_by_algorithm",
     "shards_label",
     "span",
+    "stored_table",
     "summary",
+    "sweep_column",
 ]
 
-LABELS: Mapping[str, str] = {a.name: a.label for a in algorithms.ALGORITHMS}
+TITLE = "Capacity planning"
+SUMMARY = (
+    "Redis memory, checks per second and shards for {cap_keys} keys under {cap_policy}, "
+    "from one traffic scenario and the server time per check `make bench` measured, for "
+    "the sliding log as it ships (compact, {us_logc} us a check) with the sorted-set log "
+    "({us_log} us) beside it: every key full, {full_logc_shards} shards for the compact log "
+    "against {full_log_shards} in a sorted set and {full_o1_shards} for the O(1) algorithms; "
+    "the same fleet under four policies"
+)
+HEADLINE = (
+    "{cap_keys} keys under {cap_policy}, planned from one traffic scenario with the Redis "
+    "time per check the latest `make bench` measured ({bench_date}: {us_logc} us for the "
+    "sliding log as it ships, compact; {us_log} us in a sorted set; {us_o1} us for the "
+    "others). Steady state, every key at {steady_per_minute} requests a minute "
+    "({steady_checks} checks/s): {steady_logc_shards} shards of {shard_gib} GiB for the "
+    "compact log, {steady_log_shards} in a sorted set, {steady_o1_shards} for the fixed "
+    "window, counter or GCRA. Every key full, each sending its whole budget ({full_checks} "
+    "checks/s): {full_logc_shards} for the compact log ({full_logc_memory}, sized by "
+    "{full_logc_bound}), {full_log_shards} in a sorted set (its {full_log_memory} alone "
+    "would need {full_log_memory_shards}), {full_o1_shards} for the others."
+)
+
+PLANNED: tuple[str, ...] = (algorithms.COMPACT_LOG.name, *algorithms.NAMES)
+"""The algorithms the chapter plans: the sliding log as `SlidingWindowLimiter` ships it
+(compact), the seed's sorted-set log, then the O(1) algorithms."""
+LABELS: Mapping[str, str] = {
+    **{a: algorithms.get(a).label for a in PLANNED},
+    "log": "sliding log (sorted set)",
+}
+"""How the chapter names each planned algorithm: the two logs by their storage."""
+# Chapter 3's table keeps both logs under "log", told apart by their member format.
+_TABLE_ROWS: Mapping[str, tuple[str, str]] = {"logc": ("log", "compact"), "log": ("log", "script")}
+_LOGS = ("logc", "log")
 BENCH_RECORD = "../bench/record.json"
 """The record the latest `make bench` wrote, relative to the notebooks' folder."""
 STEADY, FULL = "steady state", "every key full"
@@ -76,13 +119,41 @@ POLICY_SWEEP: Mapping[str, tuple[int, int]] = {
 }
 """Policies swept at a fixed fleet: name -> (limit, window in seconds)."""
 # The figure's x axis: 121 fleet sizes, log-spaced from 10**3 to 10**8.
-_KEYS_AXIS = np.unique(np.geomspace(1e3, 1e8, 121).round().astype(int))
+KEYS_AXIS = np.unique(np.geomspace(1e3, 1e8, 121).round().astype(int))
 
 
 @lru_cache(maxsize=4)
 def bench_server_time(path: str | Path = BENCH_RECORD) -> capacity.ServerTime:
-    """Server time per check from the record of the latest `make bench` (read once)."""
-    return capacity.server_time_from_bench(path)
+    """Server time per check of every `PLANNED` algorithm from the record of the latest
+    `make bench` (read once)."""
+    return capacity.server_time_from_bench(path, PLANNED)
+
+
+def bytes_per_key(
+    table: pd.DataFrame, algorithm: str, scenario: capacity.Scenario, limit: int, window_s: float
+) -> float:
+    """`MEMORY USAGE` of one key of `algorithm` at `scenario`'s peak, from chapter 3's
+    `table` (the compact log's rows for "logc", the sorted set's for "log")."""
+    name, member_format = _TABLE_ROWS.get(algorithm, (algorithm, "script"))
+    return capacity.scenario_bytes_per_key(
+        table, name, scenario, limit, window_s, member_format=member_format
+    )
+
+
+def key_bytes(table: pd.DataFrame, limits: Iterable[int] = (10, 1_000, 10_000)) -> pd.DataFrame:
+    """Bytes of one full key of every `PLANNED` algorithm (rows) at each of `limits`."""
+    full = {n: capacity.Scenario.every_key_full("full", 1, n, 1) for n in limits}
+    return (
+        pd.DataFrame(
+            {
+                f"limit {n:,}": [bytes_per_key(table, a, s, n, 1) for a in PLANNED]
+                for n, s in full.items()
+            },
+            index=pd.Index([LABELS[a] for a in PLANNED], name="bytes per full key"),
+        )
+        .round()
+        .astype(int)
+    )
 
 
 def scenarios(
@@ -136,20 +207,20 @@ def plans(
     server_time: capacity.ServerTime,
     shard: Shard = capacity.DEFAULT_SHARD,
 ) -> dict[tuple[str, str], capacity.CapacityPlan]:
-    """A plan per scenario and algorithm: {(scenario name, tag): CapacityPlan}."""
+    """A plan per scenario and `PLANNED` algorithm: {(scenario name, tag): CapacityPlan}."""
     listed = named.values() if isinstance(named, Mapping) else named
+    whole = int(round(limit))
     return {
-        (scenario.name, a): capacity.plan_scenario(
+        (scenario.name, a): capacity.plan_fleet(
             a,
-            scenario,
-            limit=int(round(limit)),
-            window_s=window_s,
-            table=table,
+            active_keys=scenario.active_keys,
+            rate_per_key=scenario.peak_rate_per_key,
+            bytes_per_key=bytes_per_key(table, a, scenario, whole, window_s),
             us_per_check=server_time.us_per_check[a],
             **shard.plan_options(),
         )
         for scenario in listed
-        for a in algorithms.NAMES
+        for a in PLANNED
     }
 
 
@@ -222,32 +293,48 @@ def findings(
     window_s: float,
     shard: Shard = capacity.DEFAULT_SHARD,
 ) -> list[Finding]:
-    """The numbers section 7 and the README quote, from the plans of the two scenarios
-    (`scenarios`): (record name, value, format, what), in the order they are quoted."""
+    """The numbers the chapter and the README quote, from the plans of the two scenarios
+    (`scenarios`): (record name, value, format, what), in the order they are quoted.
+    "logc" names the compact log, "log" the sorted set."""
     steady, full = named[STEADY], named[FULL]
     shards = {name: shards_by_algorithm(planned, name) for name in (STEADY, FULL)}
-    full_log = planned[(FULL, "log")]
     per = "hour" if window_s == 3_600 else f"{window_s:,} s"
     us = server_time.us_per_check
-    return [
-        ("cap_keys", steady.active_keys, ",", "active keys of section 7's plans"),
-        ("cap_policy", f"{int(limit):,} per {per}", "", "section 7's policy"),
+    found: list[Finding] = [
+        ("cap_keys", steady.active_keys, ",", "active keys of the chapter's plans"),
+        ("cap_policy", f"{int(limit):,} per {per}", "", "the chapter's policy"),
         ("bench_date", server_time.date, "", "the make bench run whose server time is used"),
-        ("us_log", us["log"], ".1f", "server time per check, sliding log, us"),
+        ("us_logc", us["logc"], ".1f", "server time per check, compact log, us"),
+        ("us_log", us["log"], ".1f", "server time per check, sorted-set log, us"),
         ("us_o1", span([us[a] for a in _O1], ".1f"), "", "server time per check, O(1), us"),
         ("shard_gib", shard.memory_gib, "g", "data memory of one shard, GiB"),
         ("steady_per_minute", steady.peak_rate_per_key * 60, "g", "steady: requests a minute"),
         ("steady_checks", steady.checks_per_second(), ",.0f", "steady: checks per second"),
-        ("steady_log_shards", shards[STEADY]["log"], "d", "steady: shards, sliding log"),
-        ("steady_o1_shards", span([shards[STEADY][a] for a in _O1]), "", "steady: O(1) shards"),
         ("full_checks", full.checks_per_second(), ",.0f", "every key full: checks per second"),
-        ("full_log_shards", shards[FULL]["log"], "d", "every key full: shards, sliding log"),
-        ("full_o1_shards", span([shards[FULL][a] for a in _O1]), "", "every key full: O(1)"),
-        ("full_log_memory", format_bytes(full_log.memory_bytes), "", "full: the log's memory"),
-        ("full_log_memory_shards", full_log.shards_for_memory, "d", "full: shards, log memory"),
-        ("full_log_check_shards", full_log.shards_for_checks, "d", "full: shards, log checks"),
-        ("full_log_bound", _bound(full_log), "", "full: what sizes the log, checks or memory"),
-    ]
+        ("full_check_ratio", full.checks_per_second() / steady.checks_per_second(), ".1f",
+         "every key full over steady: checks"),
+    ]  # fmt: skip
+    for name, scenario in [("steady", STEADY), ("full", FULL)]:
+        found.append(
+            (f"{name}_o1_shards", span([shards[scenario][a] for a in _O1]), "",
+             f"{scenario}: shards, O(1) algorithms")
+        )  # fmt: skip
+        for a in _LOGS:
+            plan = planned[(scenario, a)]
+            what = f"{scenario}, {LABELS[a]}"
+            found += [
+                (f"{name}_{a}_shards", plan.shards, "d", f"{what}: shards"),
+                (f"{name}_{a}_memory", format_bytes(plan.memory_bytes), "", f"{what}: memory"),
+                (f"{name}_{a}_memory_shards", plan.shards_for_memory, "d",
+                 f"{what}: shards for memory"),
+                (f"{name}_{a}_check_shards", plan.shards_for_checks, "d",
+                 f"{what}: shards for checks"),
+                (f"{name}_{a}_bound", _bound(plan), "", f"{what}: what sizes it"),
+            ]  # fmt: skip
+    for a in _LOGS:
+        grown = planned[(FULL, a)].memory_bytes / planned[(STEADY, a)].memory_bytes
+        found.append((f"{a}_memory_growth", grown, ".1f", f"{LABELS[a]}: memory, full over steady"))
+    return found
 
 
 def _bound(plan: capacity.CapacityPlan) -> str:
@@ -258,15 +345,17 @@ def _bound(plan: capacity.CapacityPlan) -> str:
 
 
 def summary(found: Iterable[Finding]) -> str:
-    """Two lines from `findings`: shards per scenario, for the log and the others."""
+    """Two lines from `findings`: shards per scenario, for both logs and the others."""
     q = {name: format(value, fmt) for name, value, fmt, _ in found}
     return (
-        f"Steady state ({q['steady_checks']} checks/s): {q['steady_log_shards']} shards for the "
-        f"sliding log, {q['steady_o1_shards']} for the others.\n"
-        f"Every key full ({q['full_checks']} checks/s): {q['full_log_shards']} shards for the "
-        f"sliding log, {q['full_o1_shards']} for the others; the log's {q['full_log_memory']} "
-        f"alone would need {q['full_log_memory_shards']}, its checks alone "
-        f"{q['full_log_check_shards']}: the log is sized by {q['full_log_bound']}."
+        f"Steady state ({q['steady_checks']} checks/s): {q['steady_logc_shards']} shards for the "
+        f"compact log, {q['steady_log_shards']} in a sorted set, {q['steady_o1_shards']} for "
+        "the others.\n"
+        f"Every key full ({q['full_checks']} checks/s): {q['full_logc_shards']} for the compact "
+        f"log ({q['full_logc_memory']}, sized by {q['full_logc_bound']}), "
+        f"{q['full_log_shards']} in a sorted set ({q['full_log_memory']}, "
+        f"{q['full_log_memory_shards']} shards for its memory, {q['full_log_check_shards']} for "
+        f"its checks), {q['full_o1_shards']} for the others."
     )
 
 
@@ -290,7 +379,9 @@ def measure_and_replan(
             return "No real Redis here: the plans keep the server time `make bench` recorded."
         client = target.sync_client(socket_timeout=30)
         try:
-            measured = capacity.measure_server_time(client, checks=checks, where=target.description)
+            measured = capacity.measure_server_time(
+                client, PLANNED, checks=checks, where=target.description
+            )
         finally:
             client.close()
     again = plans(table, named, limit, window_s, measured, shard)
@@ -306,6 +397,15 @@ def measure_and_replan(
     return "\n".join(lines)
 
 
+# The policy sweep's column names, short enough for a table eight columns wide.
+_SHORT: Mapping[str, str] = {"logc": "compact log", "log": "sorted-set log", "swc": "counter"}
+
+
+def sweep_column(scenario: str, algorithm: str) -> str:
+    """The `policy_sweep` column of one scenario's shards for "logc", "log" or "swc"."""
+    return f"{scenario}: {_SHORT[algorithm]} shards"
+
+
 def policy_sweep(
     table: pd.DataFrame,
     active_keys: int,
@@ -315,8 +415,8 @@ def policy_sweep(
     policies: Mapping[str, tuple[int, int]] = POLICY_SWEEP,
     peak_factor: float = 1.0,
 ) -> pd.DataFrame:
-    """Shards of the sliding log and the counter under each policy, for the same keys,
-    in both scenarios (every key full means a different rate under each policy)."""
+    """Shards of both logs and the counter under each policy, for the same keys, in
+    both scenarios (every key full means a different rate under each policy)."""
     rows = []
     for policy, (limit, window_s) in policies.items():
         named = scenarios(active_keys, rate_per_key, limit, window_s, peak_factor)
@@ -324,8 +424,8 @@ def policy_sweep(
         row: dict[str, Any] = {"policy": policy}
         for name in named:
             row[f"{name}: checks/s"] = round(named[name].checks_per_second())
-            for a in ("log", "swc"):
-                row[f"{name}: {LABELS[a]} shards"] = planned[(name, a)].shards
+            for a in (*_LOGS, "swc"):
+                row[sweep_column(name, a)] = planned[(name, a)].shards
         rows.append(row)
     return pd.DataFrame(rows).set_index("policy")
 
@@ -345,8 +445,18 @@ class Fleet:
     key_overhead_bytes: float = 64
 
 
+# Both logs in the log's colour, drawn bolder (their keys grow with the limit); the
+# shipped default solid, the sorted set dashed.
+_COLORS: Mapping[str, str] = {**COLORS, "logc": COLORS["log"]}
+_STYLES: Mapping[str, Mapping[str, Any]] = {
+    "logc": {"linewidth": 2.5},
+    "log": {"linewidth": 2.0, "linestyle": "--"},
+}
+
+
 @lru_cache(maxsize=4)
-def _stored_table(path: str) -> pd.DataFrame:
+def stored_table(path: str | Path = memory.STORED_TABLE) -> pd.DataFrame:
+    """Chapter 3's stored memory table (another at `path`), read once and never measured."""
     return memory.measured_or_stored(None, path, [1]).table
 
 
@@ -375,17 +485,17 @@ def figure(
 
     fleet = Fleet(**fleet_options)
     if table is None:
-        table = _stored_table(str(table_path))
+        table = stored_table(str(table_path))
     if server_time is None:
         server_time = bench_server_time(str(bench_path))
     limit, window_s = int(round(fleet.limit)), fleet.window_s
     shard = Shard(fleet.shard_memory_gib, fleet.headroom, fleet.key_overhead_bytes)
     named = scenarios(fleet.active_keys, fleet.rate_per_key, limit, window_s, fleet.peak_factor)
     keys = next(iter(named.values())).active_keys
-    fig, axes = plt.subplots(1, len(named), figsize=(12, 4.6), sharey=True)
+    fig, axes = plt.subplots(1, len(named), figsize=(12, 4.8), sharey=True)
     for ax, scenario in zip(axes, named.values(), strict=True):
-        for a in algorithms.NAMES:
-            per_key = capacity.scenario_bytes_per_key(table, a, scenario, limit, window_s)
+        for a in PLANNED:
+            per_key = bytes_per_key(table, a, scenario, limit, window_s)
 
             def shards_at(
                 n: int,
@@ -403,22 +513,18 @@ def figure(
                 ).shards
 
             here = shards_at(keys)
-            # The log, whose keys grow with the limit, drawn bolder.
-            bold = algorithms.get(a).state_per_unit
-            style = {"linewidth": 2.5} if bold else {"linewidth": 1.5, "alpha": 0.85}
-            label = shards_label(a, here)
             ax.step(
-                _KEYS_AXIS,
-                [shards_at(int(n)) for n in _KEYS_AXIS],
+                KEYS_AXIS,
+                [shards_at(int(n)) for n in KEYS_AXIS],
                 where="post",
-                color=COLORS[a],
-                label=label,
-                **style,
+                color=_COLORS[a],
+                label=shards_label(a, here),
+                **_STYLES.get(a, {"linewidth": 1.5, "alpha": 0.85}),
             )
         ax.axvline(keys, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlim(_KEYS_AXIS[0], _KEYS_AXIS[-1])
+        ax.set_xlim(KEYS_AXIS[0], KEYS_AXIS[-1])
         rate = scenario.peak_rate_per_key
         ax.set_xlabel(f"active keys (each {rate:.3g} requests/s, {rate * 3_600:,.0f} an hour)")
         members = scenario.mean_log_members(limit, window_s)

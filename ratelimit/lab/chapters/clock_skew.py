@@ -25,7 +25,7 @@ chapter's tables and figures.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -50,31 +50,59 @@ CLASSIC_LABEL = f"{FIXED.label}, classic key per window (TTL {{ttl}} windows), a
 SKEW_AXIS = "clock skew S (ms): replica clocks offset evenly over [-S, +S], up to 2S apart"
 
 # The README's texts for this chapter (`ratelimit.lab.records`): each field is a record
-# the notebook puts.
+# the notebook puts. Every peak is stated with the trace it was measured on (replicas,
+# rate, length, seed) beside it; the sentence that holds across replicas, rates and
+# seeds comes from the chapter's wider sweep (`generality`).
 TITLE = "Clock skew"
 SUMMARY = (
-    "replicas whose clocks are offset over [-S, +S] (up to 2S apart) let {peak_small_skew} "
-    "of a limit of {limit} into a true second at S = {small_skew_from_ms}-{small_skew_to_ms} "
-    "ms and {peak_large_skew} from {large_skew_from_ms} ms to {largest_skew_s} s, with "
-    "Retry-After off by {ratio_small_min}-{ratio_small_max} x S on average up to "
-    "{small_skew_to_ms} ms (late by up to {most_late_per_s}S); the Redis clock holds exactly "
-    "{peak_redis} at every S; fixed windows keep rejecting under skew, ours peaking at "
-    "{fixed_peak_max} and the classic key per window at {classic_peak_max}"
+    "{replicas} replicas taking one client's Poisson traffic ({rate} requests/s for "
+    "{duration_s} s, seed {seed}), their clocks offset over [-S, +S] (up to 2S apart), let "
+    "{peak_first_level} of a limit of {limit} into a true second at S = "
+    "{small_skew_from_ms}-{first_level_to_ms} ms and {peak_large} from "
+    "{large_skew_from_ms} ms to {largest_skew_s} s; over {grid_replicas_min}-"
+    "{grid_replicas_max} replicas, {grid_rate_min}-{grid_rate_max} requests/s and "
+    "{grid_seeds} seeds, {grid_ntp_peak_min}-{grid_ntp_peak_max} within NTP's "
+    "{small_skew_to_ms} ms and never more than the limit plus one per replica behind the "
+    "one ahead; Retry-After off by {ratio_small_min}-{ratio_small_max} x S on average up "
+    "to {small_skew_to_ms} ms (late by up to {most_late_per_s}S); the Redis clock holds "
+    "exactly {peak_redis} at every S; fixed windows keep rejecting under skew, ours "
+    "peaking at {fixed_peak_max} and the classic key per window at {classic_peak_max}"
 )
 HEADLINE = (
-    "Three replicas whose clocks are offset evenly over [-S, +S] (up to 2S apart). On their "
-    "own clocks, {peak_small_skew} requests get into one true second at S = "
-    "{small_skew_from_ms}-{small_skew_to_ms} ms and {peak_large_skew} from "
-    "{large_skew_from_ms} ms to {largest_skew_s} s (limit {limit}); Retry-After is off by "
-    "{ratio_small_min}-{ratio_small_max} x S on average up to {small_skew_to_ms} ms and by at "
-    "most {ratio_max} x S on average at any S, single answers late by up to "
-    "{most_late_per_s}S. On Redis's clock: "
-    "exactly {peak_redis} and exact advice at every S. Fixed windows keep limiting under "
+    "{replicas} replicas whose clocks are offset evenly over [-S, +S] (up to 2S apart) take "
+    "one client's Poisson traffic, {rate} requests/s for {duration_s} s (seed {seed}), "
+    "limit {limit} per {window_ms} ms. On their own clocks, {peak_first_level} requests get "
+    "into one true second at S = {small_skew_from_ms}-{first_level_to_ms} ms and "
+    "{peak_large} from {large_skew_from_ms} ms to {largest_skew_s} s; over "
+    "{grid_replicas_min}-{grid_replicas_max} replicas, {grid_rate_min}-{grid_rate_max} "
+    "requests/s and {grid_seeds} seeds the peak is {grid_ntp_peak_min}-{grid_ntp_peak_max} "
+    "within NTP's {small_skew_to_ms} ms and at most the limit plus one per replica behind the "
+    "one ahead at any S. Retry-After is off by {ratio_small_min}-{ratio_small_max} x S on "
+    "average up to {small_skew_to_ms} ms and by at most {ratio_max} x S on average at any S, "
+    "single answers late by up to {most_late_per_s}S. On Redis's clock: exactly "
+    "{peak_redis} and exact advice at every S. Fixed windows keep limiting under "
     "skew: ours peaks at {fixed_peak_min}-{fixed_peak_max} in a true second (the boundary "
     "burst is {burst_2x}), the classic key per window at {classic_peak_min}-"
     "{classic_peak_max} while its keys outlive a window plus 2S; with a one-window TTL it "
     "admits {classic_short_admitted} of all requests at S = {largest_skew_s} s."
 )
+
+# What the chapter records of `regimes`' curve (each a number its prose and the README
+# quote): name -> (format, what it is).
+CURVE_RECORDS = {
+    "small_skew_from_ms": ("d", "smallest S > 0 swept (ms)"),
+    "small_skew_to_ms": ("d", "largest S of NTP's range (ms)"),
+    "peak_small_min": ("d", "fewest admitted in a true second, app clock, S in NTP's range"),
+    "peak_small_max": ("d", "most admitted in a true second, app clock, S in NTP's range"),
+    "peak_first_level": ("d", "most admitted in a true second, app clock, smallest S > 0"),
+    "first_level_to_ms": ("d", "largest S whose peak is still the smallest S's (ms)"),
+    "peak_large": ("d", "most admitted in a true second, app clock, any S"),
+    "large_skew_from_ms": ("d", "smallest S at which the app clock's peak is its largest (ms)"),
+    "ratio_small_min": (".2f", "smallest mean |Retry-After error| / S, app clock, NTP's range"),
+    "ratio_small_max": (".2f", "largest mean |Retry-After error| / S, app clock, NTP's range"),
+    "ratio_max": (".2f", "largest mean |Retry-After error| / S, any S"),
+    "most_late_per_s": ("g", "largest late Retry-After error / S, any S"),
+}
 
 # Slider abbreviations for `explorer` (ipywidgets: (min, max) or (min, max, step)).
 SLIDERS = {
@@ -342,14 +370,22 @@ def error_table(table: pd.DataFrame) -> pd.DataFrame:
 def regimes(table: pd.DataFrame, small_to_ms: int) -> dict[str, float]:
     """The app clock's curve in `sweep`'s table, in numbers: the peaks and the mean
     Retry-After error per ms of skew over the small skews (0, `small_to_ms`], the
-    largest peak and the smallest S that reaches it, and over every S > 0 the range of
-    the mean error per ms of skew and the largest late error per ms of skew."""
+    largest peak and the smallest S that reaches it, the peak at the smallest S > 0
+    and the largest S (below the largest peak's) still at that level, and over every
+    S > 0 the range of the mean error per ms of skew and the largest late error per ms
+    of skew."""
     skewed = table[table.index > 0]
     small = skewed[skewed.index <= small_to_ms]
     if small.empty or small_to_ms not in table.index:
         raise ValueError(f"the sweep has no skew in (0, {small_to_ms}] ms ending at {small_to_ms}")
     app_peak = table["app peak"]
     ratio = skewed["app mean |error| / S"]
+    large_from = app_peak.index[app_peak == app_peak.max()].min()
+    level = skewed["app peak"].iloc[0]
+    first_level = skewed[skewed.index < large_from]
+    first_level = first_level[first_level["app peak"] == level]
+    if first_level.empty:  # the smallest skew already reaches the largest peak
+        first_level = skewed.iloc[:1]
     small_ratio = small["app mean |error| / S"]
     return {
         "small_skew_from_ms": int(small.index.min()),
@@ -359,10 +395,74 @@ def regimes(table: pd.DataFrame, small_to_ms: int) -> dict[str, float]:
         "ratio_small_min": float(small_ratio.min()),
         "ratio_small_max": float(small_ratio.max()),
         "peak_large": int(app_peak.max()),
-        "large_skew_from_ms": int(app_peak.index[app_peak == app_peak.max()].min()),
+        "large_skew_from_ms": int(large_from),
+        # The step below the largest peak: its level, and the last S before the step.
+        "peak_first_level": int(skewed["app peak"].iloc[0]),
+        "first_level_to_ms": int(first_level.index.max()),
         "ratio_min": float(ratio.min()),
         "ratio_max": float(ratio.max()),
         "most_late_per_s": float((skewed["app most too late (ms)"] / skewed.index).max()),
+    }
+
+
+def generality(
+    setup: Setup,
+    replicas: Iterable[int],
+    rates: Iterable[float],
+    seeds: Iterable[int],
+) -> pd.DataFrame:
+    """The app clock's peak in a true window at every S of `setup.skews_ms`, for each
+    number of replicas, rate and seed (everything else as in `setup`): one row per
+    (`replicas`, `rate`, `seed`, `S (ms)`) with its `peak`."""
+    rows = []
+    for n in replicas:
+        for rate in rates:
+            for seed in seeds:
+                other = replace(setup, replicas=n, rate=rate, seed=seed)
+                for skew_ms in other.skews_ms:
+                    peak = other.peak(other.replay(skew_ms))
+                    rows.append((n, rate, seed, skew_ms, peak))
+    return pd.DataFrame(rows, columns=["replicas", "rate", "seed", "S (ms)", "peak"])
+
+
+def generality_table(
+    peaks: pd.DataFrame, limit: int, ntp_ms: int, shown_ms: Iterable[int]
+) -> pd.DataFrame:
+    """`generality`'s peaks, the most over the seeds, per number of replicas and rate:
+    at each S of `shown_ms`, over S in (0, `ntp_ms`] and over every S, beside the limit
+    plus one per replica behind the one ahead (limit + N - 1)."""
+    by = ["replicas", "rate"]
+    skewed = peaks[peaks["S (ms)"] > 0]
+    wide = skewed.pivot_table(index=by, columns="S (ms)", values="peak", aggfunc="max")
+    table = wide[list(shown_ms)].rename(columns=lambda s: f"S = {s} ms")
+    table[f"fewest, 0 < S <= {ntp_ms} ms"] = (
+        skewed[skewed["S (ms)"] <= ntp_ms].groupby(by).peak.min()
+    )
+    table[f"most, S <= {ntp_ms} ms"] = skewed[skewed["S (ms)"] <= ntp_ms].groupby(by).peak.max()
+    table["most, any S"] = skewed.groupby(by).peak.max()
+    table["limit + N - 1"] = limit + table.index.get_level_values("replicas") - 1
+    table.columns.name = None
+    return table.rename_axis(["replicas", "requests/s"])
+
+
+def generality_records(
+    peaks: pd.DataFrame, table: pd.DataFrame, ntp_ms: int
+) -> dict[str, tuple[Any, str]]:
+    """What the chapter quotes of its wider sweep (`generality`, `generality_table`):
+    name -> (value, format)."""
+    ntp = peaks[(peaks["S (ms)"] > 0) & (peaks["S (ms)"] <= ntp_ms)].peak
+    replicas, rates = peaks.replicas, peaks.rate
+    return {
+        "grid_replays": (len(peaks), ",d"),
+        "grid_cells": (len(table), "d"),
+        "grid_bound_reached": (int((table["most, any S"] == table["limit + N - 1"]).sum()), "d"),
+        "grid_replicas_min": (int(replicas.min()), "d"),
+        "grid_replicas_max": (int(replicas.max()), "d"),
+        "grid_rate_min": (float(rates.min()), "g"),
+        "grid_rate_max": (float(rates.max()), "g"),
+        "grid_seeds": (peaks.seed.nunique(), "d"),
+        "grid_ntp_peak_min": (int(ntp.min()), "d"),
+        "grid_ntp_peak_max": (int(ntp.max()), "d"),
     }
 
 

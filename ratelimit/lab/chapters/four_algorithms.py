@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+import ratelimit
 from ratelimit import algorithms, keys
 from ratelimit.lab import memory, metrics
 from ratelimit.lab.chapters import memory_per_key
@@ -50,9 +51,11 @@ HEADLINE = (
     "and never more than {log_peak} in a rolling second, the fixed window {fw_admitted} "
     "({fw_peak} in one rolling second), the counter {swc_admitted} ({swc_peak}), GCRA "
     "{gcra_admitted} ({gcra_peak}). At limit {quoted_limit} a full key takes "
-    "{log_bytes} bytes as a sorted-set log ({compact_bytes} compact) and "
-    "{o1_min_bytes}-{o1_max_bytes} for the others; an admitted check runs "
-    "{log_admit_commands} Redis commands in the log's script, {o1_admit_commands} in the others'."
+    "{compact_bytes} bytes as the default compact log ({log_bytes} as a sorted set) and "
+    "{o1_min_bytes}-{o1_max_bytes} for the others; counted by running the scripts, an "
+    "admitted check runs {compact_admit_commands} Redis commands in the compact log's "
+    "({log_admit_commands} in the sorted set's) and {o1_admit_commands} in the others', a "
+    "rejection {compact_reject_commands} ({log_reject_commands}) and {o1_reject_commands}."
 )
 
 # The chapter's parameters (notebooks/00_four_algorithms.ipynb, its "parameters" cell).
@@ -254,6 +257,91 @@ def show_script(name: str) -> Any:
     return Markdown(f"`ratelimit/lua/{name}.lua`\n\n```lua\n{script_source(name).rstrip()}\n```")
 
 
+# --- the commands, counted by running the scripts ---------------------------------------
+
+# Written in front of a limiter's script to log every `redis.call` (and `redis.pcall`)
+# it makes: the command
+# and its upper-case options (NX, GET, PX, WITHSCORES...), pushed onto a list key of
+# their own through the real `redis.call`; the script runs otherwise unchanged.
+_COUNTING = """
+local counted_redis = redis
+local function counted_words(name, ...)
+  local words = {string.upper(name)}
+  for i = 2, select('#', ...) do
+    local word = select(i, ...)
+    if type(word) == 'string' and string.match(word, '^%u+$') then words[#words + 1] = word end
+  end
+  return table.concat(words, ' ')
+end
+local redis = {
+  call = function(...)
+    counted_redis.call('RPUSH', KEYS[2], counted_words(...))
+    return counted_redis.call(...)
+  end,
+  pcall = function(...)
+    counted_redis.call('RPUSH', KEYS[2], counted_words(...))
+    return counted_redis.pcall(...)
+  end,
+}
+"""
+# The paths a check can take, each as (cost, whether the key already holds a request),
+# in the order `script_commands` runs them on one key, with a limit of PATHS_LIMIT.
+PATHS = {
+    "opening (empty key)": 1,
+    "admitted": 1,
+    "admitted, cost 2": 2,
+    "rejected": 2,
+}
+PATHS_LIMIT = 4  # 1 + 1 + 2 fills it: the last check of cost 2 is rejected
+# Chapter 0's log storages, in the order the chapter shows them: the default first.
+LOG_STORAGES = (algorithms.COMPACT_LOG, algorithms.SLIDING_LOG)
+
+
+def script_commands(algorithm: algorithms.Algorithm) -> dict[str, list[str]]:
+    """The Redis commands `algorithm`'s Lua script issues on each path of `PATHS`
+    (besides the EVALSHA that runs it), found by running the real script on the
+    embedded Redis and logging every `redis.call`: path -> the commands, in order."""
+    from ratelimit.clock import ManualClock
+
+    client = ratelimit.connect_sync(embedded=True)
+    clock = ManualClock(1_000.0)
+    limiter = algorithm.build("sync", client, WINDOW_S, PATHS_LIMIT, clock=clock)
+    script = _COUNTING + limiter.script
+    key, log = limiter.key_for(IDENTITY), f"commands-of:{algorithm.name}"
+    found = {}
+    for path, cost in PATHS.items():
+        clock.advance(0.001)
+        client.delete(log)
+        client.eval(script, 2, key, log, *limiter.script_args(int(clock() * 1000), cost))
+        found[path] = [c.decode() for c in client.lrange(log, 0, -1)]
+    after = limiter.peek(IDENTITY, 1)  # the rejected check changed nothing
+    if after.remaining != 0 or len(found) != len(PATHS):
+        raise RuntimeError(f"{algorithm.name}: the paths did not fill the limit as planned")
+    client.close()
+    return found
+
+
+def commands_table(entries: tuple[algorithms.Algorithm, ...] | None = None) -> pd.DataFrame:
+    """Per algorithm (the log in both storages, the default first): how many commands
+    its script issues on each path and which (`script_commands`), as text."""
+    entries = entries or (*LOG_STORAGES, *ORDER[1:])
+    rows = []
+    for algorithm in entries:
+        found = script_commands(algorithm)
+        row: dict[str, Any] = {"algorithm": storage_label(algorithm)}
+        row.update({path: f"{len(c)}: {', '.join(c)}" for path, c in found.items()})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("algorithm")
+
+
+def storage_label(algorithm: algorithms.Algorithm) -> str:
+    """How the chapter names an algorithm: the log with its storage, the default marked."""
+    if algorithm.storage is None:
+        return algorithm.label
+    default = " (default)" if algorithm.storage == algorithms.DEFAULT_LOG_STORAGE else ""
+    return f"sliding log, {algorithm.storage} storage{default}"
+
+
 # --- the costs --------------------------------------------------------------------------
 
 
@@ -263,16 +351,18 @@ def memory_table() -> pd.DataFrame:
 
 
 def costs_table(limits: tuple[int, ...] = COST_LIMITS) -> pd.DataFrame:
-    """Per algorithm (and the log's compact storage): bytes per full key at each of
-    `limits` (chapter 3's table) and the Redis commands its script issues per check
-    (the registry's counts; `clock="redis"` adds a TIME to each)."""
+    """Per algorithm (the log in both storages, the default first): bytes per full key
+    at each of `limits` (chapter 3's table) and the Redis commands its script issues per
+    check (the registry's counts, which `script_commands` finds by running the scripts;
+    `clock="redis"` adds a TIME to each)."""
     table = memory_table()
-    entries = [(a, a.name, "script" if a.state_per_unit else "") for a in ORDER]
-    entries.insert(1, (algorithms.COMPACT_LOG, algorithms.SLIDING_LOG.name, "compact"))
+    log = algorithms.SLIDING_LOG.name
+    entries = [(algorithms.COMPACT_LOG, log, "compact"), (algorithms.SLIDING_LOG, log, "script")]
+    entries += [(a, a.name, "") for a in ORDER[1:]]
     rows = []
     for algorithm, tag, member_format in entries:
         sizes = memory_per_key.series(table, tag, member_format).bytes_per_key
-        row = {"algorithm": algorithm.label, "exact": algorithm.exact}
+        row = {"algorithm": storage_label(algorithm), "exact": algorithm.exact}
         row.update({f"bytes per key at limit {n:,}": int(sizes[n]) for n in limits})
         commands = algorithm.commands
         row.update(

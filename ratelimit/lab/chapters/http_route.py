@@ -44,6 +44,7 @@ from ratelimit.costs import GEOFENCE_MAX_COST, geofence_cost
 from ratelimit.devtools.demo_server import DemoServer
 from ratelimit.devtools.process import free_port, pid_alive, port_is_free
 from ratelimit.http import DRAFT, RETRY_AFTER_MS_HEADER, rate_limit, status_for
+from ratelimit.identity import route_identity
 from ratelimit.lab.plotting import parameters_of
 
 if TYPE_CHECKING:
@@ -54,8 +55,10 @@ __all__ = [
     "CLIENTS",
     "HEADER_MEANINGS",
     "SLIDERS",
+    "TIERS",
     "ClientLoop",
     "ClientRun",
+    "TierRun",
     "as_sent",
     "clients_figure",
     "cost_sequence",
@@ -65,6 +68,7 @@ __all__ = [
     "effective_window_example",
     "figure",
     "headers_table",
+    "headline_numbers",
     "in_process",
     "key_from_the_command_line",
     "key_state",
@@ -72,6 +76,7 @@ __all__ = [
     "look_ups_over_http",
     "outage_table",
     "parse_item",
+    "quota_and_reset",
     "run_over_http",
     "sequence_figure",
     "simulate",
@@ -80,6 +85,10 @@ __all__ = [
     "seed_check",
     "shown",
     "summary",
+    "tiered_app",
+    "tiers_figure",
+    "tiers_run",
+    "tiers_table",
     "units_in_window",
     "verification_table",
     "within",
@@ -279,7 +288,9 @@ async def effective_window_example(
                     "Retry-After": r.headers.get("Retry-After", ""),
                 }
             )
-    return pd.DataFrame(rows, index=pd.RangeIndex(1, len(rows) + 1, name="request"))
+    table = pd.DataFrame(rows, index=pd.RangeIndex(1, len(rows) + 1, name="request"))
+    table.attrs["window_s"] = window_s  # the budget's window, for the text that quotes it
+    return table
 
 
 def shown(field: str, response: httpx.Response) -> str:
@@ -588,6 +599,43 @@ def summary(runs: Sequence[ClientRun], duration_s: float = DURATION_S) -> pd.Dat
     table["admitted per second"] = table["admitted"] / duration_s
     table["refused per admitted"] = table["refused"] / table["admitted"]
     return table
+
+
+def headline_numbers(
+    summary: pd.DataFrame,
+    *,
+    limit: int = LIMIT,
+    duration_s: float = DURATION_S,
+    hammer_retry_ms: int = HAMMER_RETRY_MS,
+    **_: Any,
+) -> dict[str, tuple[Any, str, str]]:
+    """Section 4's numbers the README and the text quote, from its `summary`: name ->
+    (value, format, what it is), as `ratelimit.lab.records.Chapter.put` takes them."""
+    hammer, polite, exact, paced = (summary.loc[name] for name in CLIENTS)
+    numbers: dict[str, tuple[Any, str, str]] = {
+        "duration_s": (duration_s, "d", "section 4: virtual seconds each client runs"),
+        "limit": (limit, "d", "section 4: look-ups per second allowed"),
+        "hammer_retry_ms": (hammer_retry_ms, "d", "the hammering client retries this soon (ms)"),
+        "hammer_requests": (hammer["requests"], "d", "requests sent by the hammering client"),
+        "hammer_admitted": (hammer["admitted"], "d", "look-ups admitted to the hammering client"),
+        "hammer_refused": (hammer["refused"], "d", "requests refused to the hammering client"),
+        "polite_admitted": (polite["admitted"], "d", "look-ups admitted, whole-second Retry-After"),
+        "polite_refused": (polite["refused"], "d", "requests refused, whole-second Retry-After"),
+        "polite_loss_pct": (
+            1 - polite["admitted"] / hammer["admitted"],
+            ".0%",
+            "look-ups the whole-second Retry-After costs",
+        ),
+        "exact_admitted": (exact["admitted"], "d", "look-ups admitted, Retry-After-Ms"),
+        "exact_refused": (exact["refused"], "d", "requests refused, Retry-After-Ms"),
+        "paced_admitted": (paced["admitted"], "d", "look-ups admitted, paced by RateLimit-Policy"),
+        "paced_refused": (paced["refused"], "d", "requests refused, paced by RateLimit-Policy"),
+    }
+    # Plain ints and floats: the records and the text's glue both quote them.
+    return {
+        name: (int(value) if fmt == "d" else float(value), fmt, what)
+        for name, (value, fmt, what) in numbers.items()
+    }
 
 
 def _limit_line(ax: Any, *, limit: int, window_s: int, duration_s: float) -> None:
@@ -909,3 +957,167 @@ def figure(**params: Any) -> Figure:
     right.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
+
+
+# --- tiers, and reading the quota without spending it ---------------------------------------
+
+TIERS = ["10/s", "1000/h"]
+"""Section 8's two limits on one route: ten look-ups a second and a thousand an hour."""
+
+
+def tiered_app(rates: Sequence[str] = TIERS, *, clock: Any = None, redis: Any = None) -> FastAPI:
+    """A small API with one `/within` route limited by a `TieredLimiter` of `rates`
+    (scope "geofence": every tier a policy "geofence-<window>"), a `GET /quota` that
+    answers what the caller's next look-up would get without spending anything
+    (`limiter.peek`), and a `POST /admin/reset/{api_key}` that clears a client's state
+    in every tier (`limiter.reset`). On a fresh embedded Redis unless `redis` is given."""
+    from fastapi import Depends, FastAPI, Header
+
+    from ratelimit import TieredLimiter
+    from ratelimit.http import install
+
+    redis = connect(embedded=True) if redis is None else redis
+    # Sorted sets, as the demo keeps, so that ZCARD shows what each tier holds.
+    limiter = TieredLimiter(
+        redis, list(rates), "tiers", storage="sorted-set", clock=clock or ManualClock()
+    )
+    route = rate_limit(limiter, scope=SCOPE)
+    app = FastAPI()
+    install(app)
+    app.state.limiter, app.state.route, app.state.redis = limiter, route, redis
+
+    # (Annotations stay plain: this module's are strings, which FastAPI resolves in the
+    # module's namespace, not this function's.)
+    @app.get("/within", dependencies=[Depends(route)])
+    async def look_up() -> dict[str, bool]:
+        return {"found": True}
+
+    @app.get("/quota")
+    async def quota(x_api_key: str = Header()) -> dict[str, Any]:  # noqa: B008
+        # The identity the route asks about for this key; the peek writes nothing.
+        d = await limiter.peek(route_identity(SCOPE, "key", x_api_key))
+        return {"tier": route.policy_names[d.tier or 0], "allowed": d.allowed,
+                "remaining": d.remaining, "retry_after": d.retry_after}  # fmt: skip
+
+    @app.post("/admin/reset/{api_key}")
+    async def reset(api_key: str) -> dict[str, bool]:
+        return {"had_state": await limiter.reset(route_identity(SCOPE, "key", api_key))}
+
+    return app
+
+
+@dataclass(frozen=True)
+class TierRun:
+    """Section 8: one client's look-ups against `tiered_app`, and the app and clock they
+    ran on (section 9 goes on from where they stopped)."""
+
+    requests: pd.DataFrame  # per request: time (s), status, tier named, r, t, Retry-After-Ms
+    app: Any
+    clock: ManualClock
+    api_key: str
+
+
+async def tiers_run(
+    rates: Sequence[str] = TIERS,
+    *,
+    duration_s: float = 3700.0,
+    latency_ms: int = LATENCY_MS,
+    api_key: str = "tiered-key",
+) -> TierRun:
+    """A client that sends look-ups back to back (one every `latency_ms`) and, after a
+    429, waits exactly as long as `Retry-After-Ms` says, for `duration_s` virtual
+    seconds, against `tiered_app(rates)`: which tier the `RateLimit` field names on each
+    answer, with its `r` and `t`."""
+    clock = ManualClock()
+    app = tiered_app(rates, clock=clock)
+    rows, now_ms = [], 0
+    async with in_process(app) as client:
+        while now_ms < duration_s * 1000:
+            clock.set_ms(now_ms)
+            r = await client.get("/within", headers={"x-api-key": api_key})
+            state = parse_item(r.headers["RateLimit"])
+            wait_ms = int(r.headers.get(RETRY_AFTER_MS_HEADER, 0))
+            rows.append({"time (s)": now_ms / 1000, "status": r.status_code,
+                         "tier named": state["name"], "r": state["r"], "t": state.get("t"),
+                         "Retry-After-Ms": wait_ms})  # fmt: skip
+            now_ms += latency_ms + wait_ms
+    return TierRun(pd.DataFrame(rows), app, clock, api_key)
+
+
+def tiers_table(run: TierRun) -> pd.DataFrame:
+    """Section 8's answers grouped by status and the tier `RateLimit` names: how many,
+    the first and last at (virtual s), and the longest wait asked."""
+    table = run.requests.groupby(["status", "tier named"], sort=True).agg(
+        answers=("status", "size"),
+        first_s=("time (s)", "min"),
+        last_s=("time (s)", "max"),
+        longest_wait_s=("Retry-After-Ms", "max"),
+    )
+    table["longest_wait_s"] = table["longest_wait_s"] / 1000
+    return table.rename(
+        columns={
+            "first_s": "first at (s)",
+            "last_s": "last at (s)",
+            "longest_wait_s": "longest wait asked (s)",
+        }  # fmt: skip
+    )
+
+
+def tiers_figure(run: TierRun) -> Figure:
+    """Section 8: look-ups admitted over virtual time, each tier's most (its limit per
+    window, as a line), and the 429s, marked by the tier whose policy `RateLimit` named."""
+    import matplotlib.pyplot as plt
+
+    req, route = run.requests, run.app.state.route
+    times = req["time (s)"].to_numpy()
+    admitted = np.cumsum(req["status"].to_numpy() == 200)
+    x = np.linspace(0, float(times.max()), 4000)
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    ax.step(times, admitted, where="post", color="black", label="look-ups admitted")
+    for rate, name, color in zip(
+        run.app.state.limiter.rates, route.policy_names, ["tab:blue", "tab:red"], strict=False
+    ):
+        # [0, x] spans floor(x / W) + 1 windows (t - W, t]: the most a tier admits by x.
+        most = rate.limit * (np.floor(x / (rate.window_ms / 1000)) + 1)
+        ax.plot(
+            x, most, color=color, alpha=0.35, linewidth=4, label=f"{rate}: the most {name} allows"
+        )
+        refused = (req["status"] == 429).to_numpy() & (req["tier named"] == name).to_numpy()
+        ax.plot(times[refused], admitted[refused], "x", color=color, markersize=5,
+                label=f"429 naming {name} ({int(refused.sum())})")  # fmt: skip
+    ax.set_xlabel("virtual time (s)")
+    ax.set_ylabel("look-ups admitted (cumulative)")
+    ax.set_title(" and ".join(str(rate) for rate in run.app.state.limiter.rates) + " on one route")
+    ax.set_xlim(0, float(times.max()))
+    ax.set_ylim(0, admitted.max() * 1.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+async def quota_and_reset(run: TierRun) -> pd.DataFrame:
+    """Section 9, where section 8's client stopped: `GET /quota` twice (a peek, which
+    spends nothing), a look-up, the reset (`POST /admin/reset/<key>`), `GET /quota`
+    and a look-up again; after each, what it answered and the entries the client's
+    tiers hold in Redis."""
+    app, key = run.app, run.api_key
+    limiter = app.state.limiter
+    redis_keys = limiter.keys_for(route_identity(SCOPE, "key", key))
+    steps = [("GET", "/quota"), ("GET", "/quota"), ("GET", "/within"),
+             ("POST", f"/admin/reset/{key}"), ("GET", "/quota"), ("GET", "/within")]  # fmt: skip
+    rows = []
+    async with in_process(app) as client:
+        for method, path in steps:
+            r = await client.request(method, path, headers={"x-api-key": key})
+            said = r.headers.get("RateLimit") or json.dumps(r.json(), separators=(",", ":"))
+            entries = [int(await app.state.redis.zcard(k)) for k in redis_keys]
+            names = app.state.route.policy_names
+            rows.append(
+                {
+                    "request": f"{method} {path.replace(key, '<key>')}",
+                    "status": r.status_code,
+                    "answer": said,
+                    **{f"entries {n}": e for n, e in zip(names, entries, strict=True)},
+                }
+            )
+    return pd.DataFrame(rows, index=pd.RangeIndex(1, len(rows) + 1, name="step"))

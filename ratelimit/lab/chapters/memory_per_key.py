@@ -131,17 +131,18 @@ On Redis {redis_version}, the server the stored table was measured on:
   window is one entry. As a sorted set past the listpack threshold that measured
   {skiplist_min_per_member} to {skiplist_max_per_member} bytes per member from
   {twice_threshold} members up, so one full key at a limit of {fleet_limit} holds
-  {key_ours_fleet}, and at {max_limit} {key_ours_max}.
+  {key_ours_fleet} bytes, and at {max_limit} {key_ours_max} bytes.
 - **The compact log holds the same log in a few bytes per entry:**
   {compact_per_unit_fleet} per admitted unit at {fleet_limit} entries and
   {compact_per_unit_max} at {max_limit}, at most {compact_max_per_unit} from
   {listpack_threshold} up. It keeps 6-byte entries in chunks of 63, one hash per key,
   instead of a skiplist node, a hash-table entry and a string per member. That is at
   least {compact_min_ratio} times less than the sorted set at every measured size past
-  the listpack threshold ({key_compact_max} for a full key at {max_limit}), with the
-  very same decisions. For {fleet_keys} active keys at limit {fleet_limit} it is
-  {fleet_compact} instead of {fleet_ours}. Below 16 entries neither wins throughout: at
-  1, 8 and 10 the sorted set's listpack is smaller (section 5).
+  the listpack threshold ({key_compact_max} bytes for a full key at {max_limit}), with
+  the very same decisions. For {fleet_keys} active keys at limit {fleet_limit} it is
+  {fleet_compact} instead of {fleet_ours}. Below {compact_smaller_from} entries neither
+  wins throughout: at {compact_larger_at} the sorted set's listpack is smaller
+  (section 5).
 - **Limits up to the threshold are cheap for the sorted set.** Up to
   `zset-max-listpack-entries` members ({listpack_threshold} on that server) the set is a
   listpack, {ours_per_member_threshold} bytes per member at {listpack_threshold} with
@@ -152,8 +153,9 @@ On Redis {redis_version}, the server the stored table was measured on:
 - **The member format matters most inside a listpack.** Our 3-byte members take less
   than half the space of `"<ms>:<counter>"` strings up to the threshold
   ({ours_per_member_threshold} against {classic_per_member_threshold} bytes per member
-  at {listpack_threshold}); in a skiplist they save about a fifth
-  ({ours_per_member_fleet} against {classic_per_member_fleet} at {fleet_limit}).
+  at {listpack_threshold}); in a skiplist they save {skiplist_saving} of the bytes per
+  member (the median over the measured skiplists; {ours_per_member_fleet} against
+  {classic_per_member_fleet} at {fleet_limit}).
 - **The O(1) algorithms cost {o1_min_bytes} to {o1_max_bytes} bytes per client at any
   limit.** For {fleet_keys} active keys that is {fleet_o1_min} to {fleet_o1_max},
   against {fleet_ours_small} for the sorted-set log at limit {small_limit} and
@@ -189,6 +191,11 @@ is still spread over few members; from {twice_threshold} entries up it measured 
 The O(1) algorithms hold one small key whatever the limit, as chapter 3 measures it:
 {fw_bytes} bytes (fixed window), {swc_bytes} (sliding-window counter, as its counts grow),
 {gcra_bytes} (GCRA).
+
+These figures and chapter 3's text come from one measurement, chapter 3's stored table.
+The book's Benchmarks page measures the same keys again in each `make bench` run
+(`bench/record.json`), on another day: a skiplist draws each node's height at random,
+so its bytes per member there can differ from these in the first decimal.
 """,
     "compact-sizes": """\
 `SlidingWindowLimiter(..., storage="compact")` keeps the same exact log, with the same
@@ -726,6 +733,14 @@ class Quote:
     what: str
 
 
+def _and_list(numbers: Sequence[int]) -> str:
+    """ "1, 8 and 10" (with thousands separators); "none" for no numbers."""
+    texts = [f"{n:,}" for n in numbers]
+    if len(texts) < 2:
+        return texts[0] if texts else "none"
+    return ", ".join(texts[:-1]) + " and " + texts[-1]
+
+
 def _bytes_range(sizes: pd.Series) -> str:
     """ "72" when every key measured the same, else "104 to 120"."""
     low, high = int(sizes.min()), int(sizes.max())
@@ -836,6 +851,12 @@ def quotes(table: pd.DataFrame) -> list[Quote]:
     from_threshold = compact.bytes_per_entry[compact.index >= threshold]
     skiplists = ours.index[ours.encoding == "skiplist"]
     ratio = ours.bytes_per_entry[skiplists] / compact.bytes_per_entry[skiplists]
+    saving = 1 - ours.bytes_per_entry[skiplists] / classic.bytes_per_entry[skiplists]
+    # Where the compact log holds more than the sorted set (a few small sizes), and the
+    # size from which it is the smaller one at every measured size.
+    larger = compact.index[compact.bytes_per_entry > ours.bytes_per_entry].tolist()
+    smaller_from = compact.index[compact.index > max(larger, default=0)].min()
+    hashtable = compact.index[compact.encoding == "hashtable"]
     out += [
         Quote(
             "compact_max_per_unit",
@@ -848,6 +869,30 @@ def quotes(table: pd.DataFrame) -> list[Quote]:
             float(ratio.min()),
             PER_MEMBER_FMT,
             "least sorted set / compact bytes, where the set is a skiplist",
+        ),
+        Quote(
+            "skiplist_saving",
+            float(saving.median()),
+            ".0%",
+            "our members' saving on classic members per member, median over skiplists",
+        ),
+        Quote(
+            "compact_larger_at",
+            _and_list(larger),
+            "",
+            "entries at which the compact log holds more than the sorted set",
+        ),
+        Quote(
+            "compact_smaller_from",
+            int(smaller_from),
+            ",d",
+            "entries from which the compact log is smaller at every measured size",
+        ),
+        Quote(
+            "compact_hashtable_from",
+            int(hashtable.min()),
+            ",d",
+            "fewest entries whose compact log is a hash table (not a listpack)",
         ),
     ]
     o1_sizes = {a: series(table, a).bytes_per_key for a in O1}
@@ -910,9 +955,9 @@ def quotes(table: pd.DataFrame) -> list[Quote]:
         out += [
             Quote(
                 f"key_{name}_{role}",
-                memory.format_bytes(int(log.bytes_per_key[n])),
-                "",
-                f"one full key at limit {n:,}, {SERIES['log', member_format]}",
+                int(log.bytes_per_key[n]),
+                ",d",
+                f"bytes of one full key at limit {n:,}, {SERIES['log', member_format]}",
             )
             for name, member_format, log in (
                 ("ours", "script", ours),

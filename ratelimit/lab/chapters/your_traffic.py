@@ -11,12 +11,15 @@ traffic grows, and estimates what the rejection near-cache and `check_many` woul
     your_traffic.demand(trace, window_s=60)          # per identity: requests, peak per window
     your_traffic.near_cache(replayed)                # Redis calls a near-cache would answer
     your_traffic.batching(trace, batch_ms=1)         # round trips check_many would save
+    your_traffic.shard_crossings(plan, "100/min")    # the growth that needs a second shard
+    your_traffic.remove_example_logs()               # the example's temporary folder, gone
 
 `make plan LOG=access.log LIMIT=100/min` runs the notebook on another log into build/plan/.
 """
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,9 +31,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ratelimit import algorithms, validation
-from ratelimit.lab import accesslog, capacity, metrics, planner, samplelog
+from ratelimit.identity import address_identity
+from ratelimit.lab import accesslog, capacity, metrics, planner, reference, samplelog
 from ratelimit.lab.memory import format_bytes
 from ratelimit.lab.plotting import COLORS
+from ratelimit.lab.simulation import replay
 from ratelimit.lab.timebase import seconds_to_ms
 
 # The README's chapter-table cell and gallery text, filled from the chapter's records
@@ -49,7 +54,9 @@ HEADLINE = (
     "{log_identities} keys, and the four algorithms' shares lie within {spread_points} points, "
     "but in one rolling window a key gets {fw_peak_ratio}x the limit through a fixed window "
     "and {gcra_peak_ratio}x through GCRA. One shard carries it up to {log_second_shard}x the "
-    "traffic; the near-cache answers {near_cache_share} of the log's checks without Redis."
+    "traffic under the sliding log and {others_second_shard_min}-{others_second_shard_max}x "
+    "under the others (each then short of checks, not memory); the near-cache answers "
+    "{near_cache_share} of the log's checks without Redis."
 )
 
 __all__ = [
@@ -58,26 +65,61 @@ __all__ = [
     "demand",
     "demand_figure",
     "example_log",
+    "example_offsets",
+    "finer_sweep",
     "load",
     "near_cache",
     "overview",
     "redis_table",
+    "remove_example_logs",
     "sensitivity",
     "sensitivity_figure",
+    "shard_crossings",
+    "split_networks",
     "sweep_figure",
     "sweep_table",
 ]
 
-GROWTH = tuple(float(10 ** (k / 4)) for k in range(0, 21))
-"""Traffic multipliers of the sensitivity plot: 1x to 100,000x, four per decade."""
+GROWTH = tuple(float(10 ** (k / 40)) for k in range(0, 201))
+"""Traffic multipliers of the sensitivity plot: 1x to 100,000x, forty per decade (the
+plot's steps; `shard_crossings` finds where each one is, exactly)."""
+
+# The example logs written into temporary folders of their own, removed by
+# `remove_example_logs` (or, failing that, when the process exits).
+_EXAMPLE_FOLDERS: list[tempfile.TemporaryDirectory[str]] = []
 
 
 def example_log(directory: str | Path | None = None, seed: int = 7) -> Path:
     """The lab's example access log (`samplelog.write_example`), written into
-    `directory` (a fresh temporary folder by default) so that nothing tracked changes."""
-    folder = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="rl-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    return samplelog.write_example(folder / "access.log", seed=seed)
+    `directory`, or by default into a temporary folder of its own that
+    `remove_example_logs` removes (and the end of the process, if nothing did), so that
+    nothing tracked changes and nothing is left behind."""
+    if directory is None:
+        folder = tempfile.TemporaryDirectory(prefix="rl-example-log-")
+        _EXAMPLE_FOLDERS.append(folder)
+        directory = folder.name
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    return samplelog.write_example(path / "access.log", seed=seed)
+
+
+def remove_example_logs() -> list[Path]:
+    """Remove the temporary folders `example_log` made; returns the folders removed."""
+    removed = []
+    while _EXAMPLE_FOLDERS:
+        folder = _EXAMPLE_FOLDERS.pop()
+        folder.cleanup()
+        removed.append(Path(folder.name))
+    return removed
+
+
+def example_offsets() -> list[str]:
+    """The UTC offsets the example log's two servers write their times in: "UTC+01:00"."""
+    texts = []
+    for seconds in samplelog.SERVER_OFFSETS_S:
+        sign, minutes = ("+" if seconds >= 0 else "-"), abs(seconds) // 60
+        texts.append(f"UTC{sign}{minutes // 60:02d}:{minutes % 60:02d}")
+    return texts
 
 
 def load(
@@ -240,6 +282,45 @@ def batching(peak_checks_per_s: float, batch_ms: float, growth: Sequence[float])
     return pd.DataFrame(rows).set_index("growth")
 
 
+def split_networks(
+    log: str | Path,
+    limit_text: str,
+    *,
+    format: str | None = None,
+    address: str = "host",
+    cost: Any = None,
+) -> pd.DataFrame:
+    """What counting every IPv6 address on its own (`ipv6_prefix=128`) rather than per
+    /64 changes under the sliding log at `limit_text`: one row per /64 network (an IPv4
+    client as itself) whose rejected requests differ, with its addresses seen and the
+    requests rejected each way; `escaped` is how many more get through per address.
+    Counted from per-request decisions (the Python model's compiled replay), not from
+    the planner, so the chapter can hold the planner's totals against it."""
+    limit, window_s = planner.parse_limit(limit_text)
+    rejected = {}
+    for prefix in (64, 128):
+        trace, _ = load(log, format=format, identity=address, cost=cost, ipv6_prefix=prefix)
+        model = reference.SlidingWindowLimiter(limit=limit, window_ms=round(window_s * 1000))
+        decided = replay(trace, model, progress=False)
+        # A /64 identity is its network already; an address is mapped to its own.
+        network = decided["identity"].map(lambda who: who if "/" in who else address_identity(who))
+        by = decided.assign(network=network, refused=~decided["allowed"])
+        rejected[prefix] = by.groupby("network").agg(
+            addresses=("identity", "nunique"), rejected=("refused", "sum")
+        )
+    table = pd.DataFrame(
+        {
+            "addresses": rejected[128]["addresses"],
+            "rejected per /64": rejected[64]["rejected"],
+            "rejected per address": rejected[128]["rejected"],
+        }
+    ).fillna(0)
+    table = table.astype("int64")
+    table["escaped"] = table["rejected per /64"] - table["rejected per address"]
+    table.index.name = "client (/64 network or IPv4 address)"
+    return table[table["escaped"] != 0].sort_values("escaped", ascending=False)
+
+
 # ---------------------------------------------------------------- the sweep and the plan
 
 
@@ -262,6 +343,33 @@ def sweep_table(plan: planner.LogPlan) -> pd.DataFrame:
         for c in plan.candidates
     ]
     return pd.DataFrame(rows)
+
+
+def finer_sweep(
+    trace: pd.DataFrame,
+    sweep: pd.DataFrame,
+    plan: planner.LogPlan,
+    *,
+    share: float = 0.01,
+    algorithm: str = "log",
+    points: int = 7,
+) -> pd.DataFrame:
+    """The sweep again for `algorithm`, on `points` limits from the candidate below the
+    first that rejects less than `share` of the requests up to that one (from 1 when it
+    is the smallest): where between them the share drops below `share`. Empty when no
+    candidate rejects less than `share`."""
+    rows = sweep[sweep["algorithm"] == algorithm]
+    under = rows[rows["rejected share"] < share]
+    if under.empty:
+        return sweep.iloc[:0]
+    first = under.loc[under["per window"].idxmin()]
+    below = rows[rows["per window"] < first["per window"]]["per window"]
+    low = int(below.max()) if len(below) else 1
+    per = first["limit"].split("/", 1)[1]
+    limits = np.unique(np.linspace(low, int(first["per window"]), points).round().astype(int))
+    finer = planner.plan_trace(trace, [f"{n}/{per}" for n in limits], [algorithm],
+                               server_time=plan.server_time)  # fmt: skip
+    return sweep_table(finer)
 
 
 def sweep_figure(table: pd.DataFrame) -> Figure:
@@ -320,6 +428,36 @@ def redis_table(plan: planner.LogPlan, limit_text: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _planned(plan: planner.LogPlan, limit_text: str) -> list[planner.CandidatePlan]:
+    """The candidates at `limit_text` that reach Redis with a server time to plan with."""
+    found = [
+        c
+        for c in plan.candidates
+        if c.limit_text == limit_text and c.redis is not None and c.redis.us_per_check is not None
+    ]
+    if not found:
+        raise ValueError(f"no candidate {limit_text!r} has a server time per check to plan with")
+    return found
+
+
+def _fleet(
+    candidate: planner.CandidatePlan, growth: float, shard: dict[str, Any]
+) -> capacity.CapacityPlan:
+    """`candidate`'s Redis plan at `growth` times this log's traffic: as many more
+    identities, each sending as it does here (keys, memory and peak checks all scale)."""
+    r = candidate.redis
+    assert r is not None and r.us_per_check is not None
+    keys = max(1, round(r.keys * growth))
+    return capacity.plan_fleet(
+        candidate.algorithm,
+        active_keys=keys,
+        rate_per_key=r.peak_checks_per_s * growth / keys,
+        bytes_per_key=r.bytes_per_key - shard["key_overhead_bytes"],
+        us_per_check=r.us_per_check,
+        **shard,
+    )
+
+
 def sensitivity(
     plan: planner.LogPlan, limit_text: str, growth: Sequence[float] = GROWTH
 ) -> pd.DataFrame:
@@ -328,25 +466,14 @@ def sensitivity(
     peak checks all scale), on the plan's shard and server time. One row per growth."""
     shard = plan.shard.plan_options()
     rows = []
-    for c in plan.candidates:
-        if c.limit_text != limit_text or c.redis is None or c.redis.us_per_check is None:
-            continue
-        r = c.redis
+    for c in _planned(plan, limit_text):
         for g in growth:
-            keys = max(1, round(r.keys * g))
-            fleet = capacity.plan_fleet(
-                c.algorithm,
-                active_keys=keys,
-                rate_per_key=r.peak_checks_per_s * g / keys,
-                bytes_per_key=r.bytes_per_key - shard["key_overhead_bytes"],
-                us_per_check=r.us_per_check,
-                **shard,
-            )
+            fleet = _fleet(c, g, shard)
             rows.append(
                 {
                     "algorithm": c.algorithm,
                     "growth": g,
-                    "keys": keys,
+                    "keys": fleet.active_keys,
                     "memory_bytes": fleet.memory_bytes,
                     "checks_per_s": fleet.checks_per_s,
                     "shards_for_memory": fleet.shards_for_memory,
@@ -354,14 +481,51 @@ def sensitivity(
                     "shards": fleet.shards,
                 }
             )
-    if not rows:
-        raise ValueError(f"no candidate {limit_text!r} has a server time per check to plan with")
     return pd.DataFrame(rows)
+
+
+def shard_crossings(
+    plan: planner.LogPlan, limit_text: str, shards: int = 2, rel_tol: float = 1e-9
+) -> pd.DataFrame:
+    """Per algorithm at `limit_text`, the least growth of this log's traffic (as in
+    `sensitivity`) at which it needs `shards` shards, found by bisection to `rel_tol`
+    (the shards only grow with the traffic), and what needs them: its checks or its
+    memory. One row per algorithm, the earliest first."""
+    shards = validation.count("shards", shards, minimum=2)
+    rel_tol = validation.positive("rel_tol", rel_tol)
+    shard = plan.shard.plan_options()
+    rows = []
+    for c in _planned(plan, limit_text):
+        low, high = 1.0, 2.0
+        if _fleet(c, low, shard).shards >= shards:
+            raise ValueError(f"{c.algorithm} needs {shards} shards at this log's traffic already")
+        while _fleet(c, high, shard).shards < shards:
+            low, high = high, high * 2
+        while high / low > 1 + rel_tol:  # low: fewer shards, high: enough
+            middle = math.sqrt(low * high)
+            if _fleet(c, middle, shard).shards >= shards:
+                high = middle
+            else:
+                low = middle
+        fleet = _fleet(c, high, shard)
+        rows.append(
+            {
+                "algorithm": c.algorithm,
+                "label": c.label,
+                "growth": high,
+                "needed for": "checks" if fleet.shards_for_checks >= shards else "memory",
+                "peak checks/s then": fleet.checks_per_s,
+                "one shard's checks/s": fleet.shard_checks_per_s,
+                "memory then": format_bytes(fleet.memory_bytes),
+            }
+        )
+    return pd.DataFrame(rows).sort_values("growth", kind="stable").set_index("algorithm")
 
 
 def first_growth_needing(table: pd.DataFrame, shards: int) -> pd.Series:
     """Per algorithm, the smallest growth of `sensitivity` at which it needs at least
-    `shards` shards (NaN if none in the table)."""
+    `shards` shards (NaN if none in the table): the table's grid point, not the exact
+    crossing (`shard_crossings`)."""
     over = table[table["shards"] >= shards]
     found = over.groupby("algorithm", sort=False)["growth"].min()
     return found.reindex(table["algorithm"].unique())

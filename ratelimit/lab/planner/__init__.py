@@ -57,7 +57,7 @@ The Redis plan of a candidate:
   `capacity.server_time_from_bench`); `server_time.kind` says which, and `note` why
   a measurement was not used. With neither, the plan says so and leaves the
   check-bound figures out (null).
-- Shards: `capacity.plan_fleet` with the chapter 5 shard (`capacity.Shard`:
+- Shards: `capacity.plan_fleet` with the chapter 6 shard (`capacity.Shard`:
   `shard_memory_bytes` of data memory, `headroom` kept free, 64 bytes of per-key
   overhead): enough shards for the memory and for the checks, whichever needs more.
 

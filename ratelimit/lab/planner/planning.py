@@ -30,7 +30,7 @@ from .servertime import (
 )
 
 DEFAULT_SHARD = capacity.DEFAULT_SHARD
-"""Chapter 5's shard: 14 GiB of data, half kept free, 64 bytes of per-key overhead."""
+"""Chapter 6's shard: 14 GiB of data, half kept free, 64 bytes of per-key overhead."""
 _CHECK_WINDOW_MS = 1_000  # checks per second: the most in any rolling second
 
 

@@ -1,9 +1,9 @@
 """Chapter 5: the four algorithms side by side, each against its own contract and against
-the exact log, what a check costs Redis, the sliding-window counter at scale (Cloudflare's
-metric, and divergence from a real log), and cost-weighted limits. Section 7, capacity
-planning, lives in `capacity_planning`.
+the exact log, what a check costs Redis (the log as it ships, compact, and in a sorted
+set), the sliding-window counter at scale (Cloudflare's metric, and divergence from a
+real log), and cost-weighted limits. Capacity planning is chapter 6 (`capacity_planning`).
 
-    from ratelimit.lab.chapters import algorithms_and_capacity as chapter
+    from ratelimit.lab.chapters import algorithms_and_cost as chapter
     traces = chapter.traces(limit=10, window_s=1, seed=0)       # section 1's five traces
     replayed = chapter.replay_all(traces, 10, 1)
     chapter.contracts(replayed, 10, 1)                          # each by its own promise
@@ -35,7 +35,7 @@ from ratelimit import algorithms, validation
 from ratelimit.costs import GEOFENCE_FREE_RADIUS_M, GEOFENCE_MAX_COST, geofence_cost
 
 from .. import capacity, memory, metrics, traffic
-from ..plotting import COLORS
+from ..plotting import COLORS, parameters_of
 from ..simulation import replay
 from ..timebase import seconds_to_ms
 
@@ -46,7 +46,10 @@ __all__ = [
     "ADMITTED_NOT_LOG",
     "CLOUDFLARE",
     "CONTRACTS",
+    "COSTED",
+    "COST_LABELS",
     "GEO_PROFILES",
+    "GeoPolicies",
     "REFUSED_NOT_LOG",
     "HEADLINE",
     "LABELS",
@@ -67,6 +70,7 @@ __all__ = [
     "decision_matrix",
     "exact_rate_errors",
     "exactness",
+    "geo_explore",
     "geo_figure",
     "geo_policies",
     "geo_profiles",
@@ -87,33 +91,42 @@ __all__ = [
     "traces",
 ]
 
-TITLE = "Algorithms and capacity planning"
+TITLE = "Algorithms and their cost"
 SUMMARY = (
     "all four algorithms on the same traces, each judged against its own contract "
     "({contracts_kept} of 4 kept it on every trace) and, separately, against the exact log "
-    "(peak in any rolling second, "
-    "bytes per key, Redis commands per check); the sliding-window counter on "
-    "{fleet_requests_m}M requests by Cloudflare's metric ({fleet_cloudflare_pct}% wrongly "
-    "allowed or limited against the exact rate on the same history; Cloudflare published "
-    "{cloudflare_pct}%) and, a separate finding, {fleet_diverged_pct}% decided differently "
-    "once it and a real log drift apart; cost-weighted geofence limits; Redis memory and "
-    "shards per traffic scenario from the server time `make bench` measured"
+    "(peak in any rolling second); bytes per key and Redis commands per check, for the log "
+    "as it ships (compact, {compact_bytes_1000} bytes a full key at limit 1,000) and in a "
+    "sorted set ({sorted_bytes_1000}); the sliding-window counter on {fleet_requests_m}M "
+    "synthetic requests, with clients placed near their limit on purpose, by Cloudflare's "
+    "metric ({fleet_cloudflare_pct}% wrongly allowed or limited against the exact rate on "
+    "the same history; Cloudflare published {cloudflare_pct}% for their own traffic, which "
+    "this traffic does not resemble) and, a separate finding, {fleet_diverged_pct}% decided "
+    "differently once it and a real log drift apart; cost-weighted geofence limits"
 )
 HEADLINE = (
-    "{cap_keys} keys under {cap_policy}, planned from one traffic scenario with the Redis "
-    "time per check the latest `make bench` measured ({bench_date}: {us_log} us for the "
-    "sliding log, {us_o1} us for the others). Steady state, every key at "
-    "{steady_per_minute} requests a minute ({steady_checks} checks/s): "
-    "{steady_log_shards} shards of {shard_gib} GiB for a sliding log, {steady_o1_shards} "
-    "for the fixed window, counter or GCRA. Every key full, each sending its whole budget "
-    "({full_checks} checks/s): {full_log_shards} vs {full_o1_shards}, the others sized by "
-    "their checks; the log's {full_log_memory} alone would need {full_log_memory_shards} "
-    "shards, its checks {full_log_check_shards}."
+    "Five traces at {limit} requests per {window_s} s. Each algorithm keeps its own "
+    "contract ({contracts_kept} of 4); against the exact log's rolling window the fixed "
+    "window lets {peak_fw}x the limit through, the sliding-window counter {peak_swc}x, GCRA "
+    "{peak_gcra}x. By Cloudflare's metric the counter errs on {fleet_cloudflare_pct}% of "
+    "{fleet_requests_m}M synthetic requests, much of them from clients near their limit "
+    "(Cloudflare's {cloudflare_pct}% describes their traffic, not this), and on up to "
+    "{single_cloudflare_max_pct}% of one client's requests near its limit."
 )
 
 LABELS: Mapping[str, str] = {a.name: a.label for a in algorithms.ALGORITHMS}
 """Each algorithm's label by its tag, in the registry's order."""
 _LOG = algorithms.get("log")
+COSTED: tuple[str, ...] = (algorithms.COMPACT_LOG.name, *algorithms.NAMES)
+"""The algorithms whose cost section 3 weighs: the log as `SlidingWindowLimiter` ships
+it (compact), the log in a sorted set, then the O(1) algorithms."""
+COST_LABELS: Mapping[str, str] = {
+    **{a: algorithms.get(a).label for a in COSTED},
+    "log": "sliding log (sorted set)",
+}
+"""How the cost tables name each algorithm: the two logs by their storage."""
+# Chapter 3's table keeps both logs under "log", told apart by their member format.
+_TABLE_ROWS: Mapping[str, tuple[str, str]] = {"logc": ("log", "compact"), "log": ("log", "script")}
 # Against the exact log: the same requests, each limiter on its own state.
 ADMITTED_NOT_LOG = "vs exact log: admitted, log refused (%)"
 REFUSED_NOT_LOG = "vs exact log: refused, log admitted (%)"
@@ -363,15 +376,23 @@ def stored_table(path: str | Path = memory.STORED_TABLE) -> memory.MeasuredOrSto
     return memory.measured_or_stored(None, path, [1])
 
 
+def full_key_bytes(table: pd.DataFrame, algorithm: str, limit: int) -> float:
+    """Bytes of one full key of `algorithm` (one of `COSTED`) at `limit`, from chapter
+    3's table (the compact log's rows for "logc", the sorted set's for "log")."""
+    name, member_format = _TABLE_ROWS.get(algorithm, (algorithm, "script"))
+    return capacity.bytes_per_key(table, name, limit, member_format=member_format)
+
+
 def key_bytes(table: pd.DataFrame, limits: Iterable[int] = (10, 100, 1_000)) -> pd.DataFrame:
-    """Bytes of one full key per algorithm (rows) at each of `limits` (columns)."""
-    return pd.DataFrame(
-        {
-            f"limit {n:,}": [capacity.bytes_per_key(table, a, n) for a in algorithms.NAMES]
-            for n in limits
-        },
-        index=pd.Index(list(LABELS.values()), name="bytes per full key"),
-    ).astype(int)
+    """Bytes of one full key per `COSTED` algorithm (rows) at each of `limits` (columns)."""
+    return (
+        pd.DataFrame(
+            {f"limit {n:,}": [full_key_bytes(table, a, n) for a in COSTED] for n in limits},
+            index=pd.Index([COST_LABELS[a] for a in COSTED], name="bytes per full key"),
+        )
+        .round()
+        .astype(int)
+    )
 
 
 def predicted_commands(algorithm: str, decided: pd.DataFrame) -> int:
@@ -392,7 +413,7 @@ def script_check(
     admitted x admit + (units admitted - admitted) x extra unit + rejected x reject."""
     trace = traffic.geofence_mix(2 * (limit / window_s), duration_s, seed=seed + 4)
     rows = []
-    for a in algorithms.ALGORITHMS:
+    for a in map(algorithms.get, COSTED):
         script = a.build("sync", ratelimit.connect_sync(embedded=True), window_s, limit)
         decided = replay(trace, script, progress=False)
         model = replay_with(a.name, trace, limit, window_s)
@@ -400,7 +421,7 @@ def script_check(
         per_path = a.commands
         rows.append(
             {
-                "algorithm": a.label,
+                "algorithm": COST_LABELS[a.name],
                 "checks": len(decided),
                 "admitted": len(ok),
                 "units admitted": int(ok.cost.sum()),
@@ -424,36 +445,56 @@ def decision_matrix(
     limit: int = 10,
     window_s: int = 1,
 ) -> pd.DataFrame:
-    """One row per algorithm: whether it kept its own contract on every trace (from
-    `contracts`); separately, against the exact log, its worst rolling-window peak and
-    the worst share of decisions that differ from the log's (from `exactness`); bytes
+    """One row per `COSTED` algorithm: whether it kept its own contract on every trace
+    (from `contracts`); separately, against the exact log, its worst rolling-window peak
+    and the worst share of decisions that differ from the log's (from `exactness`); bytes
     per key at `limit` and 1,000 (from `key_bytes`); and script commands per check per
-    path and on average over every replayed check."""
+    path and on average over every replayed check. The compact log decides exactly as
+    the sorted set (`script_check` runs both scripts), so it is judged on the log's
+    decisions: the same contract and exactness, its own bytes and commands."""
     total_checks = sum(len(next(iter(by.values()))) for by in replayed.values())
+    decides = {a: _LOG.name if algorithms.get(a).state_per_unit else a for a in COSTED}
     by_algorithm = table.groupby(level="algorithm", sort=False)
-    own = contracts(replayed, limit, window_s)
+    kept = contracts(replayed, limit, window_s)["own contract: kept"]
+
+    def judged(column: pd.Series) -> list[Any]:
+        return [column[LABELS[decides[a]]] for a in COSTED]
+
     matrix = pd.DataFrame(
         {
-            "own contract: kept": own["own contract: kept"],
-            "vs exact log: worst peak / limit": by_algorithm["peak / limit"].max(),
-            f"{ADMITTED_NOT_LOG[:-4]}, worst trace (%)": by_algorithm[ADMITTED_NOT_LOG].max(),
-            f"{REFUSED_NOT_LOG[:-4]}, worst trace (%)": by_algorithm[REFUSED_NOT_LOG].max(),
-            f"bytes per key, limit {limit:,}": bytes_table[f"limit {limit:,}"],
-            "bytes per key, limit 1,000": bytes_table["limit 1,000"],
+            "own contract: kept": judged(kept),
+            "vs exact log: worst peak / limit": judged(by_algorithm["peak / limit"].max()),
+            f"{ADMITTED_NOT_LOG[:-4]}, worst trace (%)": judged(
+                by_algorithm[ADMITTED_NOT_LOG].max()
+            ),
+            f"{REFUSED_NOT_LOG[:-4]}, worst trace (%)": judged(by_algorithm[REFUSED_NOT_LOG].max()),
+            f"bytes per key, limit {limit:,}": bytes_table[f"limit {limit:,}"].to_list(),
+            "bytes per key, limit 1,000": bytes_table["limit 1,000"].to_list(),
             "commands per check, admit / reject": [
                 f"{capacity.script_commands(a, True)} / {capacity.script_commands(a, False)}"
-                for a in algorithms.NAMES
+                for a in COSTED
             ],
             "commands per check, mean": [
                 round(
-                    sum(predicted_commands(a, by[a]) for by in replayed.values()) / total_checks, 2
+                    sum(predicted_commands(a, by[decides[a]]) for by in replayed.values())
+                    / total_checks,
+                    2,
                 )
-                for a in algorithms.NAMES
+                for a in COSTED
             ],
-        }
+        },
+        index=pd.Index([COST_LABELS[a] for a in COSTED], name="algorithm"),
     )
-    matrix.index.name = "algorithm"
     return matrix
+
+
+# The cost panels draw both logs in the log's colour: the shipped compact log solid, the
+# sorted set dashed (lines) or lighter (bars).
+_COST_STYLE: Mapping[str, dict[str, Any]] = {
+    **{a: {"color": COLORS[a]} for a in algorithms.NAMES},
+    "logc": {"color": COLORS[_LOG.name], "linewidth": 2.2},
+    _LOG.name: {"color": COLORS[_LOG.name], "linestyle": "--"},
+}
 
 
 def _peak_panel(ax: Any, table: pd.DataFrame) -> None:
@@ -497,11 +538,13 @@ def _false_decision_panel(ax: Any, table: pd.DataFrame) -> None:
 
 
 def _memory_panel(ax: Any, memory_table: pd.DataFrame, limit: int) -> None:
-    for a in algorithms.NAMES:
-        fmt = "script" if a == _LOG.name else ""
-        rows = memory_table[(memory_table.algorithm == a) & (memory_table.member_format == fmt)]
+    for a in COSTED:
+        name, fmt = _TABLE_ROWS.get(a, (a, ""))
+        rows = memory_table[(memory_table.algorithm == name) & (memory_table.member_format == fmt)]
         rows = rows.sort_values("limit")
-        ax.plot(rows["limit"], rows["bytes_per_key"], color=COLORS[a], label=LABELS[a])
+        ax.plot(
+            rows["limit"], rows["bytes_per_key"], label=COST_LABELS[a], **_COST_STYLE.get(a, {})
+        )
     ax.axvline(limit, color="grey", linestyle=":", linewidth=1)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -514,13 +557,13 @@ def _memory_panel(ax: Any, memory_table: pd.DataFrame, limit: int) -> None:
 def _commands_panel(ax: Any) -> None:
     import matplotlib.pyplot as plt
 
-    n = len(algorithms.NAMES)
+    n = len(COSTED)
     for j, allowed in enumerate([True, False]):
         bars = ax.bar(
             np.arange(n) + (j - 0.5) * 0.35,
-            [capacity.script_commands(a, allowed) for a in algorithms.NAMES],
+            [capacity.script_commands(a, allowed) for a in COSTED],
             0.35,
-            color=[COLORS[a] for a in algorithms.NAMES],
+            color=[_COST_STYLE.get(a, {}).get("color", COLORS.get(a)) for a in COSTED],
             alpha=1.0 if allowed else 0.45,
             hatch="" if allowed else "//",
             edgecolor="white",
@@ -534,9 +577,7 @@ def _commands_panel(ax: Any) -> None:
         ],
         fontsize=8,
     )
-    ticks = [
-        label.replace(" (", "\n(").replace("-window ", "-window\n") for label in LABELS.values()
-    ]
+    ticks = [COST_LABELS[a].replace(" (", "\n(").replace("-window ", "-window\n") for a in COSTED]
     ax.set_xticks(np.arange(n), ticks, fontsize=8)
     ax.set_ylabel("redis.call's per check (besides the EVALSHA)")
     ax.set_title("Redis commands inside one check")
@@ -1018,3 +1059,28 @@ def geo_figure(table: pd.DataFrame, rate: float = 6) -> matplotlib.figure.Figure
     )
     fig.tight_layout()
     return fig
+
+
+@dataclass(frozen=True)
+class GeoPolicies:
+    """The Explore section's question: section 6's three clients at `rate` look-ups per
+    second for `duration_s`, under a flat and a weighted limit per `window_s`. The
+    limits may come from a slider as floats."""
+
+    rate: float = 6
+    duration_s: int = 600
+    flat_limit: float = 10
+    cost_limit: float = 20
+    window_s: int = 1
+    seed: int = 0
+
+
+@parameters_of(GeoPolicies)
+def geo_explore(**options: Any) -> matplotlib.figure.Figure:
+    """Section 6's figure for other limits or rates (`GeoPolicies`' options): the same
+    traffic, policies and table as the section, drawn again."""
+    g = GeoPolicies(**options)
+    geo = geofence_traffic(g.rate, g.duration_s, g.seed)
+    flat, cost = int(round(g.flat_limit)), int(round(g.cost_limit))
+    table = geo_table(geo_policies(geo, flat, cost, g.window_s), g.duration_s)
+    return geo_figure(table, g.rate)

@@ -1,12 +1,10 @@
-"""Chapter 5's modules: the traces, the contracts and exactness tables, the cost of a
-check, the counter at scale (Cloudflare's metric and divergence), the geofence policies,
-and (capacity_planning) the plans per scenario, and the figures drawn from them."""
+"""Chapter 5's module: the traces, the contracts and exactness tables, the cost of a
+check (both logs and the O(1) algorithms), the counter at scale (Cloudflare's metric and
+divergence), the geofence policies, and the figures drawn from them."""
 
 from __future__ import annotations
 
 import functools
-import math
-from pathlib import Path
 
 import matplotlib
 
@@ -20,13 +18,11 @@ import pytest  # noqa: E402
 from ratelimit import algorithms  # noqa: E402
 from ratelimit.costs import GEOFENCE_MAX_COST, geofence_cost  # noqa: E402
 from ratelimit.lab import capacity, memory, traffic  # noqa: E402
-from ratelimit.lab.chapters import algorithms_and_capacity as chapter  # noqa: E402
-from ratelimit.lab.chapters import capacity_planning as planning  # noqa: E402
+from ratelimit.lab.chapters import algorithms_and_cost as chapter  # noqa: E402
 from ratelimit.lab.plotting import COLORS, explorer  # noqa: E402
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-BENCH_RECORD = NOTEBOOKS.parent / "bench" / "record.json"
 LABELS = [a.label for a in algorithms.ALGORITHMS]
+COST_LABELS = [chapter.COST_LABELS[a] for a in chapter.COSTED]
 # Small versions of the chapter's traces, so that every test runs in well under a second.
 SMALL = {
     "duration_s": 60,
@@ -61,15 +57,6 @@ def exactness(replayed):
 def _close_figures():
     yield
     plt.close("all")
-
-
-def steps(fig, panel=0):
-    """(label, x, y) of each step line of one panel of the capacity figure, in legend order."""
-    return [
-        (line.get_label(), np.asarray(line.get_xdata()), np.asarray(line.get_ydata()))
-        for line in fig.axes[panel].get_lines()
-        if not line.get_label().startswith("_")
-    ]
 
 
 # --- sections 1 and 2 ------------------------------------------------------------------
@@ -199,10 +186,13 @@ def test_stored_table_is_read_not_measured(tmp_path):
 def test_key_bytes(table):
     sizes = chapter.key_bytes(table, [10, 1_000])
     assert list(sizes.columns) == ["limit 10", "limit 1,000"]
-    assert list(sizes.index) == LABELS
-    assert sizes.loc["sliding log", "limit 1,000"] == int(
+    assert list(sizes.index) == COST_LABELS
+    assert sizes.loc["sliding log (sorted set)", "limit 1,000"] == round(
         capacity.bytes_per_key(table, "log", 1000)
     )
+    compact = capacity.bytes_per_key(table, "log", 1000, member_format="compact")
+    assert sizes.loc["sliding log (compact)", "limit 1,000"] == round(compact)
+    assert sizes.loc["sliding log (compact)", "limit 1,000"] * 10 < sizes.iloc[1, 1]
     assert sizes.loc["fixed window"].nunique() == 1
     with pytest.raises(ValueError, match="entries"):
         chapter.key_bytes(table, [0])
@@ -219,11 +209,13 @@ def test_predicted_commands_follow_the_registry():
 
 def test_script_check_runs_the_real_scripts():
     check = chapter.script_check(10, 1, 0, duration_s=5)
-    assert list(check.index) == LABELS
+    assert list(check.index) == COST_LABELS
     assert check["same decisions as the model"].all()
     assert (check["admitted"] < check["checks"]).all()
-    for a in algorithms.ALGORITHMS:
-        row, c = check.loc[a.label], a.commands
+    # The compact log and the sorted set decide alike.
+    assert check.iloc[0, :3].equals(check.iloc[1, :3])
+    for a in map(algorithms.get, chapter.COSTED):
+        row, c = check.loc[chapter.COST_LABELS[a.name]], a.commands
         extra = row["units admitted"] - row["admitted"]
         rejected = row["checks"] - row["admitted"]
         expected = row["admitted"] * c.admit + extra * c.per_extra_unit + rejected * c.reject
@@ -247,9 +239,13 @@ def test_peak_records_name_the_three_approximations():
 
 def test_decision_matrix(exactness, replayed, table):
     matrix = chapter.decision_matrix(exactness, chapter.key_bytes(table), replayed, 10)
-    assert list(matrix.index) == LABELS
+    assert list(matrix.index) == COST_LABELS
     assert matrix["own contract: kept"].all()
-    assert matrix.loc["sliding log", "vs exact log: worst peak / limit"] == 1.0
+    # Both logs are judged on the log's decisions; they differ in bytes and commands.
+    logs = matrix.loc[["sliding log (compact)", "sliding log (sorted set)"]]
+    assert (logs.iloc[:, :4].nunique() == 1).all()
+    assert logs["vs exact log: worst peak / limit"].tolist() == [1.0, 1.0]
+    assert logs["commands per check, admit / reject"].tolist() == ["3 / 1", "5 / 3"]
     assert matrix.loc["fixed window", "vs exact log: worst peak / limit"] == 2.0
     # Every column judged against the log says so.
     assert all(c.startswith("vs exact log") for c in matrix.columns[1:4])
@@ -265,9 +261,9 @@ def test_matrix_figure_shows_the_tables(exactness, table):
     heights = [p.get_height() for p in peak_ax.patches]
     assert heights == list(chapter.peaks(exactness).T.to_numpy().ravel())
     assert all(ax.get_title() for ax in fig.axes)
-    assert [line.get_label() for line in memory_ax.get_lines()][:4] == LABELS
-    counts = [int(p.get_height()) for p in commands_ax.patches[:4]]
-    assert counts == [capacity.script_commands(a, True) for a in algorithms.NAMES]
+    assert [line.get_label() for line in memory_ax.get_lines()][:5] == COST_LABELS
+    counts = [int(p.get_height()) for p in commands_ax.patches[:5]]
+    assert counts == [capacity.script_commands(a, True) for a in chapter.COSTED]
     assert "limit 10 per 1 s" in fig._suptitle.get_text()
 
 
@@ -451,168 +447,43 @@ def test_geo_figure_shows_the_table(geo):
     assert heights == list(flat.drop("all three"))
 
 
-# --- section 7 (capacity_planning) ---------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server_time():
-    return planning.bench_server_time(str(BENCH_RECORD))
-
-
-@pytest.fixture(scope="module")
-def chapter_plans(table, server_time):
-    named = planning.scenarios(1e6, 0.05, 1_000, 3_600)
-    return named, planning.plans(table, named, 1_000, 3_600, server_time, planning.Shard())
-
-
-def test_server_time_is_the_bench_record(server_time):
-    import json
-
-    cost = json.loads(BENCH_RECORD.read_text())["server_cost"]
-    for a in algorithms.NAMES:
-        case = capacity.bench_case(a, cost["log_storages"])
-        assert server_time.us_per_check[a] == cost["results"][case]["usec_per_check"]
-    log = cost["log_storages"][algorithms.SLIDING_LOG.storage]["case"]
-    assert capacity.bench_case("log", cost["log_storages"]) == f"{log} 10k keys"
-    assert "make bench" in server_time.source and server_time.date
-
-
-def test_scenarios_derive_memory_and_checks_from_one_traffic(chapter_plans, server_time):
-    named, plans = chapter_plans
-    assert list(named) == [planning.STEADY, planning.FULL]
-    full, steady = named[planning.FULL], named[planning.STEADY]
-    assert full.checks_per_second() == pytest.approx(1e6 * 1_000 / 3_600)
-    assert full.mean_log_members(1_000, 3_600) == 1_000
-    assert steady.mean_log_members(1_000, 3_600) == pytest.approx(180)
-    # Within a scenario, the same checks for every algorithm; the shards for checks
-    # follow the bench's server time with half of each shard kept free.
-    for (name, a), plan in plans.items():
-        assert plan.checks_per_s == pytest.approx(named[name].checks_per_second())
-        usable = 1e6 / server_time.us_per_check[a] * 0.5
-        assert plan.shards_for_checks == math.ceil(round(plan.checks_per_s / usable, 9))
-    # Every key full: the O(1) algorithms are sized by their checks; the log by the larger
-    # of its checks and its memory, which the findings name.
-    full_shards = planning.shards_by_algorithm(plans, planning.FULL)
-    o1 = ("fw", "swc", "gcra")
-    assert all(plans[(planning.FULL, a)].shards_for_checks == full_shards[a] for a in o1)
-    assert min(full_shards[a] for a in o1) > 2
-    log = plans[(planning.FULL, "log")]
-    assert full_shards["log"] == max(log.shards_for_checks, log.shards_for_memory)
-    found = dict(
-        (n, v) for n, v, _, _ in planning.findings(plans, named, server_time, 1_000, 3_600)
-    )
-    bound = {True: "its checks", False: "its memory"}[log.shards_for_checks > log.shards_for_memory]
-    if log.shards_for_checks == log.shards_for_memory:
-        bound = "checks and memory alike"
-    assert found["full_log_bound"] == bound
-    assert found["full_log_check_shards"] == log.shards_for_checks
-
-
-def test_plan_table_and_policy_sweep(chapter_plans, table, server_time):
-    _, plans = chapter_plans
-    plan_table = planning.plan_table(plans)
-    assert list(plan_table.index.get_level_values("scenario").unique()) == [
-        planning.STEADY,
-        planning.FULL,
-    ]
-    full_log = plans[(planning.FULL, "log")]
-    assert plan_table.loc[(planning.FULL, "sliding log"), "memory"] == memory.format_bytes(
-        full_log.memory_bytes
-    )
-    sweep = planning.policy_sweep(table, 10**6, 0.05, server_time)
-    assert list(sweep.index) == list(planning.POLICY_SWEEP)
-    assert sweep[f"{planning.STEADY}: checks/s"].nunique() == 1
-    assert sweep[f"{planning.FULL}: checks/s"].is_monotonic_decreasing
-
-
-def test_span():
-    assert planning.span([3, 3, 3]) == "3"
-    assert planning.span([17, 15, 16]) == "15-17"
-    assert planning.span([26.55, 29.18], ".1f") == "26.6-29.2"
-
-
-def test_default_figure_shows_both_scenarios_and_the_plans(table, chapter_plans, server_time):
-    named, plans = chapter_plans
-    fig = planning.figure(table=table, server_time=server_time)
-    assert len(fig.axes) == 2
-    for panel, name in enumerate(named):
-        labels = [label for label, _, _ in steps(fig, panel)]
-        shards = planning.shards_by_algorithm(plans, name)
-        assert labels == [f"{LABELS[i]}: {n:,} shards" for i, n in enumerate(shards.values())]
-        assert fig.axes[panel].get_title().startswith(name)
-    assert "server time per check (us)" in fig._suptitle.get_text()
-
-
-def test_legends_are_the_plans_shards(table, chapter_plans, server_time):
-    named, plans = chapter_plans
-    fig = planning.figure(table=table, server_time=server_time)
-    assert planning.legends(fig) == planning.expected_legends(plans, named)
-    assert planning.shards_label("gcra", 1) == "GCRA (token bucket): 1 shard"
-    assert planning.shards_label("log", 1_200) == "sliding log: 1,200 shards"
-
-
-def test_figure_reads_the_stored_table_and_the_bench_record(table, server_time, monkeypatch):
-    monkeypatch.chdir(NOTEBOOKS)
-    fig, ref = planning.figure(), planning.figure(table=table, server_time=server_time)
-    assert [lbl for lbl, _, _ in steps(fig, 1)] == [lbl for lbl, _, _ in steps(ref, 1)]
-
-
-@pytest.mark.parametrize(
-    "change",
-    [{"limit": 100}, {"rate_per_key": 0.5}, {"headroom": 0.2}, {"peak_factor": 3}],
-)
-def test_a_parameter_changes_the_plotted_data(table, server_time, change):
-    old = planning.figure(table=table, server_time=server_time)
-    new = planning.figure(table=table, server_time=server_time, **change)
-    changed = [
-        not np.array_equal(a[2], b[2])
-        for panel in (0, 1)
-        for a, b in zip(steps(old, panel), steps(new, panel), strict=True)
-    ]
-    assert any(changed)
-
-
-def test_figure_rejects_bad_input(table, server_time):
-    with pytest.raises(ValueError):
-        planning.figure(table=table, server_time=server_time, headroom=1.0)
-    with pytest.raises(ValueError):
-        planning.figure(table=table, server_time=server_time, rate_per_key=-1)
-
-
-def test_sliders_build_and_redraw_from_the_chapters_parameters(table, server_time):
-    calls = []
-    chapter_figure = functools.partial(
-        planning.figure, table=table, server_time=server_time, headroom=0.4
-    )
-
-    @functools.wraps(chapter_figure)
-    def draw(**values):
-        calls.append(values)
-        return chapter_figure(**values)
-
-    sliders = {
-        "active_keys": ipywidgets.FloatLogSlider(value=1e6, base=10, min=3, max=8, step=0.1),
-        "rate_per_key": ipywidgets.FloatLogSlider(value=0.05, base=10, min=-3, max=1, step=0.1),
-        "limit": ipywidgets.FloatLogSlider(value=1_000, base=10, min=0, max=5, step=0.1),
-        "headroom": (0.0, 0.9, 0.05),
-    }
-    widget = explorer(draw, **sliders)
-    assert len(calls) == 1 and calls[0]["headroom"] == 0.4  # the partial's value, not 0.5
-    assert [c.description for c in widget.children[:4]] == list(sliders)
-    widget.children[2].value = 100.0
-    assert len(calls) == 2 and calls[-1]["limit"] == 100.0
-
-
 def test_chapter_templates_quote_only_recorded_names():
     import string
 
     for template in (chapter.SUMMARY, chapter.HEADLINE):
         fields = [f for _, f, _, _ in string.Formatter().parse(template) if f]
         assert fields and all(f.islower() for f in fields)
-    assert chapter.TITLE == "Algorithms and capacity planning"
+    assert chapter.TITLE == "Algorithms and their cost"
+    # The README sets the fleet's figure beside Cloudflare's only with the caveat.
+    assert "{cloudflare_pct}% for their own traffic, which" in chapter.SUMMARY
+    assert "synthetic" in chapter.SUMMARY and "near their limit" in chapter.SUMMARY
 
 
 def test_traffic_module_is_what_the_traces_use(small_traces):
     # The Poisson 1x trace is traffic.poisson at the limit's rate with the chapter's seed.
     expected = traffic.poisson(10.0, SMALL["duration_s"], seed=0)
     assert small_traces["Poisson 1x"].equals(expected)
+
+
+def test_geo_explore_draws_the_section_figure_again():
+    fig = chapter.geo_explore(duration_s=30, flat_limit=5.0, cost_limit=12.0)
+    left, _ = fig.axes
+    geo = chapter.geofence_traffic(6, 30, 0)
+    table = chapter.geo_table(chapter.geo_policies(geo, 5, 12), 30)
+    flat = table.xs("flat: 5 requests/s", level="policy")["admitted per second"]
+    assert [round(p.get_height(), 2) for p in left.patches[:3]] == list(flat.drop("all three"))
+
+
+def test_geo_sliders_build_and_redraw_from_the_chapters_parameters():
+    calls = []
+    chapter_figure = functools.partial(chapter.geo_explore, duration_s=30, cost_limit=15)
+
+    @functools.wraps(chapter_figure)
+    def draw(**values):
+        calls.append(values)
+        return chapter_figure(**values)
+
+    widget = explorer(draw, flat_limit=ipywidgets.IntSlider(value=10, min=1, max=40))
+    assert calls == [{"flat_limit": 10}]  # the slider starts at the chapter's value
+    widget.children[0].value = 4
+    assert calls[-1] == {"flat_limit": 4}  # the partial keeps its cost_limit
