@@ -130,10 +130,12 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
     refused_by: Counter[str] = Counter()
     stop = time.monotonic() + args.duration
     headers = {"x-api-key": API_KEY}
+    last_sent = [0.0]  # wall clock, seconds: when the last request went out
 
     async def client() -> None:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as web:
             while time.monotonic() < stop:
+                last_sent[0] = max(last_sent[0], time.time())
                 response = await web.get("/tiered", headers=headers)
                 statuses[response.status_code] += 1
                 if response.status_code == 429:
@@ -171,6 +173,11 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
         "statuses": {str(status): n for status, n in sorted(statuses.items())},
         "admitted": admitted,
         "admitted_seen_by_endpoint": len(admitted_at),
+        # How long requests kept coming once the first was admitted (a busy host may
+        # spend most of --duration connecting): what a tier's refill can be seen within.
+        "sent_after_first_admission_s": round(
+            max(0.0, last_sent[0] - min(admitted_at) / 1000) if admitted_at else 0.0, 3
+        ),
         "refused_naming_no_tier": refused_by.get("none", 0),
         "tiers": tiers,
     }

@@ -24,15 +24,19 @@ def tool(name: str) -> ModuleType:
 
 
 async def test_a_tiered_route_under_load_never_exceeds_a_tier(real_redis_url):
-    """5 per second and 8 per 10 s for 2.5 s: five in the first second, then the
+    """5 per second and 8 per 10 s for 3 s: five in the first second, then the
     second's tier refills and the 10 s tier admits its last three, although hundreds of
     requests were refused in between (a refused request spends nothing), then binds."""
     result = await tool("tiered_load").main(
-        ["--tiers", "5/s; 8/10s", "--clients", "8", "--duration", "2.5",
+        ["--tiers", "5/s; 8/10s", "--clients", "8", "--duration", "3",
          "--redis-url", real_redis_url]
     )  # fmt: skip
     assert result["failures"] == []
     assert set(result["statuses"]) == {"200", "429"}
+    # The last three need requests sent after the first second's tier refilled: a
+    # host too busy to send them then has only the first five (and no tier exceeded,
+    # which `failures` checks); that says nothing about the refill, so it fails here.
+    assert result["sent_after_first_admission_s"] > 1.2, "the machine is too busy"
     assert result["admitted"] == result["admitted_seen_by_endpoint"] == 8
     short, long = result["tiers"]["5/s"], result["tiers"]["8/10s"]
     assert short["most_in_any_window"] == 5 and long["most_in_any_window"] == 8

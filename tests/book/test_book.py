@@ -24,6 +24,9 @@ CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))  # what `make run` 
 # reference, the glossary.
 SIDEBAR = [nb.stem for nb in CHAPTERS] + ["benchmarks", "api", "glossary"]
 BUILD_TIMEOUT = 300  # seconds; about 10 s here
+# The first test in a process builds the book, bounded by BUILD_TIMEOUT: pytest-timeout's
+# default would cut a slow build (a busy machine) short and fail every test after it.
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 120)
 
 # An asset the browser would fetch from another host (a link out, <a href>, is fine).
 EXTERNAL_ASSET = re.compile(

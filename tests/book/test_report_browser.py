@@ -27,7 +27,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.book.test_book import CHAPTERS, SIDEBAR, build_book, chapter_title
+from tests.book.test_book import (
+    BUILD_TIMEOUT,
+    CHAPTERS,
+    SIDEBAR,
+    build_book,
+    chapter_title,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["index", *SIDEBAR, "search"]
@@ -36,6 +42,8 @@ SHOTS = ROOT / "build" / "screenshots"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
 IN_CI = os.environ.get("CI", "").lower() == "true"
+# (The book is built by the first test here too: see test_book.)
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 120)
 LOAD_TIMEOUT = 30  # seconds for a page, its images and its scripts
 
 # How this machine's Chromium must start (root, no screen, closed network), and a fixed size.

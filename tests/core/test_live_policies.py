@@ -115,10 +115,13 @@ def _run(client: Any) -> None:
     run_machine(LivePolicies, client, examples=200, steps=50)
 
 
+# 200 runs of 50 steps: a minute or two on a busy machine, more than the default bound.
+@pytest.mark.timeout(600)
 def test_policy_changes_on_live_keys_embedded():
     _run(fakeredis.FakeRedis())
 
 
+@pytest.mark.timeout(600)
 def test_policy_changes_on_live_keys_real(real_redis_url):
     client = redis.Redis.from_url(real_redis_url)
     try:
