@@ -23,7 +23,15 @@ Formats (`FORMATS`), named with `format=` or detected from the first non-blank l
 
 A gzip-compressed log is read as it is. A file that is not a log at all (empty, binary,
 prose) raises one `LogFormatError` before any chunk is produced, and so does a named
-identity, cost or time field that the log does not have.
+identity, cost or time field that the log does not have. Binary means more than half of
+its first 64 KiB is not text (`formats.BINARY_SHARE`); below that, a NUL or other binary
+byte spoils only the line it is in. The format is judged by the first 20 non-blank lines
+or, when those fit no format (or not the one named), by a wider sample spread over the
+first 4 MiB and, in a plain file, over the rest: a log is refused only when few of its
+lines fit, never for a bad head. A gzip file cut off or damaged gives the lines read
+up to that point, and `Problems.stopped` (a warning in the summary) says why reading
+stopped, after which line and at which byte of the compressed file; one with no
+readable line at all is a `LogFormatError`.
 
 Identity: the field named by ``identity``; by default the client address (``host``, or
 for jsonl and csv the first present of `ADDRESS_FIELDS`). A value that is an IP address
@@ -49,7 +57,11 @@ epoch seconds, as a float whose ``floor(time * 1000)`` is the line's exact milli
 Bad lines are counted per reason (`Problems.counts`: "malformed", "truncated" (the last
 line, cut off without its newline), "too long" (over `MAX_LINE_BYTES`), "bad time",
 "no time", "no identity", "bad cost", "blank") with the first few line numbers and
-excerpts, never dropped silently and never fatal: ``parsed + skipped == lines``.
+excerpts, never dropped silently and never fatal: ``parsed + skipped == lines``. A clf or
+combined line whose client, time and request can be read is a request even when a field
+after them cannot (a status that is not one, an unclosed user-agent quote, a control byte,
+a line cut short): it is counted in `Problems.partial`, with examples, and its unreadable
+fields are empty (so a partial line has no identity if that is what ``identity`` names).
 
 Order: lines from several servers merged into one file are out of order. Lines are held
 back until they are ``reorder_s`` seconds older than the newest line seen, then released

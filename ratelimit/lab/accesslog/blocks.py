@@ -3,7 +3,7 @@ lines, the rows parsed from a block, and the buffer that puts rows back in time 
 
 from __future__ import annotations
 
-import gzip
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,14 +129,78 @@ def _pieces(stream: IO[bytes], problems: Problems, bar: Any, raw: IO[bytes]):
             pending, skipping = b"", True
     if pending:
         yield _lines_of(pending, line, True)
+        line += 1
+    if isinstance(stream, _Gunzip) and stream.error:
+        problems.stopped = (
+            f"{stream.error} at byte {stream.offset:,} of {stream.size:,} of the gzip file: "
+            f"reading stopped after line {line - 1:,}; what follows was not read"
+        )
+
+
+class _Gunzip:
+    """The bytes of a gzip file (member after member) that can be read: where the data
+    is cut off or damaged the stream ends, `error` says why and `offset` where (a byte
+    of the compressed file), rather than raising and losing what was read."""
+
+    PIECE = 2**12  # compressed bytes fed at a time: damage loses at most one piece's output
+
+    def __init__(self, raw: IO[bytes], size: int) -> None:
+        self.raw, self.size = raw, size
+        self.error = ""
+        self.offset = 0
+        self._z = zlib.decompressobj(31)
+        self._input = b""  # compressed bytes read but not yet fed
+        self._out = bytearray()
+        self._in_member = False
+        self._done = False
+
+    def read(self, n: int) -> bytes:
+        while len(self._out) < n and not self._done:
+            self._fill()
+        data = bytes(self._out[:n])
+        del self._out[:n]
+        return data
+
+    def _fill(self) -> None:
+        data, self._input = self._input, b""
+        if not data:
+            data = self.raw.read(self.PIECE)
+            if not data:
+                self._stop("ends early (the file is cut off)" if self._in_member else "", self.size)
+                return
+        if not self._in_member:
+            data = data.lstrip(b"\x00")  # zeros padding the file after a member
+            if not data:
+                return
+            self._in_member = True
+        fed = self.raw.tell() - len(data)
+        try:
+            self._out += self._z.decompress(data)
+        except zlib.error as exc:
+            self._stop(f"is damaged ({exc})", fed)
+            return
+        self._input = self._z.unconsumed_tail
+        if self._z.eof:  # a member ends; another may follow
+            self._input = self._z.unused_data
+            self._z = zlib.decompressobj(31)
+            self._in_member = False
+
+    def _stop(self, why: str, offset: int) -> None:
+        self._done = True
+        if why:
+            self.error, self.offset = f"the gzip data {why}", offset
+
+    def close(self) -> None:
+        pass
 
 
 def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
-    """(stream of the log's bytes, the file underneath for progress)."""
+    """(stream of the log's bytes, the file underneath for progress). A gzip file's
+    stream is a `_Gunzip`."""
     raw = open(path, "rb")  # noqa: SIM115 (closed by the caller)
     if raw.read(2) == b"\x1f\x8b":
         raw.seek(0)
-        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
+        return _Gunzip(raw, path.stat().st_size), raw  # type: ignore[return-value]
     raw.seek(0)
     return raw, raw
 

@@ -49,6 +49,8 @@ _EPOCH_SCALES = ((10**11, 10**9), (10**14, 10**6), (10**17, 10**3))
 
 def _epoch_ns(value: decimal.Decimal | int) -> int | None:
     """Unix epoch seconds, ms, µs or ns (by magnitude) as exact ns; None out of range."""
+    if abs(value) >= 2**63:  # beyond any time; and 1E+999999999 must not be expanded
+        return None
     scale = 1
     for below, factor in _EPOCH_SCALES:
         if abs(value) < below:

@@ -23,10 +23,8 @@ from .formats import (
     CLF_FIELDS,
     FORMATS,
     TIME_FIELDS,
-    _detect,
-    _head,
     _json_object,
-    _scores,
+    _sample,
 )
 from .identities import _factorize, _Identities
 from .problems import (
@@ -39,6 +37,7 @@ from .problems import (
     _NO_NS,
     _NO_TIME,
     _OK,
+    _PARTIAL,
     _REASONS,
     _TOO_LONG,
     _TRUNCATED,
@@ -98,15 +97,7 @@ class LogReader:
             raise LogFormatError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
         if cost is not None and not callable(cost) and not isinstance(cost, str):
             raise ValueError(f"cost must be None, a field name or a callable, got {cost!r}")
-        sample = _head(self.path)
-        if format is None:
-            format = _detect(self.path, sample)
-        elif _scores(sample)["clf" if format == "combined" else format] == 0:
-            line, text = sample[0]
-            raise LogFormatError(
-                f"{self.path} is not a {format} log: none of its first {len(sample)} non-blank "
-                f"lines is one; line {line}: {_excerpt(text)!r}"
-            )
+        format, sample = _sample(self.path, format)
         self.format: str = format
         self.cost = cost
         self.header: list[str] | None = None
@@ -174,13 +165,13 @@ class LogReader:
     def _records(self, sample: list[tuple[int, str]]) -> list[dict]:
         if self.format == "jsonl":
             return [r for r in (_json_object(text) for _, text in sample) if r is not None]
-        self.header = next(csv.reader([sample[0][1]]))
+        try:
+            self.header = next(csv.reader([sample[0][1]]))
+        except csv.Error as exc:
+            raise LogFormatError(f"{self.path}: its csv header cannot be read ({exc})") from None
         self._header_line = sample[0][0]
-        return [
-            dict(zip(self.header, row, strict=True))
-            for row in csv.reader([text for _, text in sample[1:]])
-            if len(row) == len(self.header)
-        ]
+        rows = (_csv_row(text, self.header) for _, text in sample[1:])
+        return [row for row in rows if row is not None]
 
     # -- parsing -----------------------------------------------------------------------
 
@@ -208,6 +199,7 @@ class LogReader:
         spans, times, verdicts = _scan(block)
         buf = np.frombuffer(block.data, dtype=np.uint8)
         reasons = verdicts.astype(np.int64)
+        reasons[reasons == _PARTIAL] = _OK  # a request; counted apart once kept
         good = np.flatnonzero(reasons == _OK)
         field_ = _CLF_SPAN.get(self.identity_field)
         fields: list[dict[str, str]] | None = None
@@ -241,6 +233,9 @@ class LogReader:
         keep = (costs > 0) & ~absent
         self._report(block, reasons)
         rows = good[keep]
+        partial = rows[verdicts[rows] == _PARTIAL]
+        if len(partial):
+            self.problems._partial(block.first + partial, block.excerpts(partial))
         texts = _columns(block.data, spans[rows], self.fields)
         if field_ is not None:
             return _Rows(
