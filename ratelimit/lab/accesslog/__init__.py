@@ -63,13 +63,17 @@ after them cannot (a status that is not one, an unclosed user-agent quote, a con
 a line cut short): it is counted in `Problems.partial`, with examples, and its unreadable
 fields are empty (so a partial line has no identity if that is what ``identity`` names).
 
-Order: lines from several servers merged into one file are out of order. Lines are held
-back until they are ``reorder_s`` seconds older than the newest line seen, then released
-sorted by time (ties in file order), so a chunk is sorted and, while no line is later than
-that, the chunks together are the whole log sorted. A line more than ``reorder_s`` older
-than a line before it is *late*: it is not lost but released with the next chunk, behind
-requests already released, so the replay decides it late, as a limiter would a request
-whose log line arrived late; `Problems.late` counts such lines, with examples. Memory
+Order: lines from several servers merged into one file are out of order. They are put
+back in order within ``reorder_s`` seconds by a rule of the file's content alone, so that
+the same log gives the same chunks' rows, the same late lines and the same plan however
+it is read (block size, ``chunk_lines``, gzip or not). Reading line j, every held line at
+least ``reorder_s`` older than the newest line up to j is released; the lines released at
+one line go out sorted by time (ties in file order), the lines after them later. Hence a
+line more than ``reorder_s`` older than a line before it is *late*: it is not lost but
+released as soon as it is read, behind requests already released, so the replay decides
+it late, as a limiter would a request whose log line arrived late; `Problems.late` counts
+such lines, with examples. Every other line is released in time order. A chunk holds at
+most ``chunk_lines`` rows and is sorted by time: a late line starts a new chunk. Memory
 stays bounded by one block of the file (`BLOCK_BYTES`), ``chunk_lines`` rows, the lines
 within ``reorder_s`` of the newest, and one entry per distinct identity.
 

@@ -205,15 +205,22 @@ def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
     return raw, raw
 
 
+_INT64_MAX = np.iinfo(np.int64).max
+
+
 class _Reorder:
-    """Holds rows back until they are `horizon` ns older than the newest row seen, then
-    releases them sorted by time (ties in file order)."""
+    """Puts rows back in time order within a horizon, by a rule of the file's content
+    alone: reading line j, every held row at least `horizon` ns older than the newest row
+    up to line j is released; the rows released at one line go out sorted by time (ties
+    in file order), and lines release in file order. So a row more than the horizon older
+    than a row before it (late) goes out as soon as it is read, and every other row in
+    time order; how the file is cut into blocks changes nothing."""
 
     def __init__(self, horizon_ns: int, width: int = 0) -> None:
         self.horizon = horizon_ns
         self.width = width
         self.newest: int | None = None
-        self.buffer = _Rows.empty(width)
+        self.buffer = _Rows.empty(width)  # held rows, in file order
 
     @property
     def held(self) -> int:
@@ -232,16 +239,25 @@ class _Reorder:
         return valid & (times < np.where(valid, before, 0) - self.horizon)
 
     def push(self, rows: _Rows) -> _Rows:
-        if len(rows):
-            top = int(rows.time_ns.max())
-            self.newest = top if self.newest is None else max(self.newest, top)
-        rows = _Rows.concat([self.buffer, rows])
-        if self.newest is None:
+        """The rows released while reading `rows` (the next rows of the file), in the
+        order they are released."""
+        if not len(rows):
             return _Rows.empty(self.width)
-        ready = rows.time_ns <= self.newest - self.horizon
-        self.buffer = rows.take(~ready)
-        out = rows.take(ready)
-        return out.take(np.argsort(out.time_ns, kind="stable"))
+        newest = np.maximum.accumulate(rows.time_ns)
+        if self.newest is not None:
+            newest = np.maximum(newest, self.newest)
+        self.newest = int(newest[-1])
+        held = len(self.buffer)
+        rows = _Rows.concat([self.buffer, rows])
+        times = rows.time_ns
+        # The newest time that releases each row: its own plus the horizon, saturated.
+        due = np.where(times > _INT64_MAX - self.horizon, _INT64_MAX, times + self.horizon)
+        step = np.searchsorted(newest, due, side="left")  # the row of this block releasing it
+        step[held:] = np.maximum(step[held:], np.arange(len(rows) - held))
+        released = step < len(newest)
+        self.buffer = rows.take(~released)
+        out = rows.take(released)
+        return out.take(np.lexsort((out.time_ns, step[released])))
 
     def flush(self) -> _Rows:
         out = self.buffer.take(np.argsort(self.buffer.time_ns, kind="stable"))
@@ -249,11 +265,21 @@ class _Reorder:
         return out
 
 
-def _split(queue: list[_Rows], size: int) -> tuple[_Rows, list[_Rows], int]:
-    """The first `size` queued rows, and what remains queued."""
-    rows = _Rows.concat(queue)
-    head, tail = rows.take(slice(0, size)), rows.take(slice(size, None))
-    return head, ([tail] if len(tail) else []), len(tail)
+def _chunks(rows: _Rows, size: int, final: bool) -> tuple[list[_Rows], _Rows]:
+    """Released rows cut into chunks: a chunk ends where time goes back (a late row
+    starts the next) and after `size` rows. The chunks complete so far, and the rows
+    left over (all of them into chunks when `final`)."""
+    times = rows.time_ns
+    ends = [*(np.flatnonzero(times[1:] < times[:-1]) + 1).tolist(), len(rows)]
+    out, start = [], 0
+    for end in ends:
+        while end - start >= size:
+            out.append(rows.take(slice(start, start + size)))
+            start += size
+        if start < end and (end < len(rows) or final):
+            out.append(rows.take(slice(start, end)))
+            start = end
+    return out, rows.take(slice(start, None))
 
 
 def _bar(total_bytes: int, progress: bool | None):

@@ -15,7 +15,7 @@ from ratelimit import validation
 
 from ..traffic import _floor_ms_exact
 from . import blocks
-from .blocks import _bar, _Block, _lines_of, _open, _pieces, _Reorder, _Rows, _split
+from .blocks import _bar, _Block, _chunks, _lines_of, _open, _pieces, _Reorder, _Rows
 from .clf import _CLF_SPAN, _EXTRA, _clf_fields, _columns, _extras, _scan, _span_ints
 from .fields import _cost_of, _csv_row, _lookup, _missing, _text, _times_ns
 from .formats import (
@@ -333,8 +333,7 @@ class LogReader:
         self.peak_buffered = 0
         identities = _Identities(self.ipv6_prefix)
         order = _Reorder(min(round(self.reorder_s * _NS), 2**62), len(self.fields))  # 146 y
-        queue: list[_Rows] = []
-        queued = 0
+        pending = _Rows.empty(len(self.fields))  # released, not yet in a chunk
         stream, raw = _open(self.path)
         try:
             with _bar(self.path.stat().st_size, self.progress) as bar:
@@ -353,17 +352,12 @@ class LogReader:
                     ready = order.push(rows)
                     self.peak_buffered = max(self.peak_buffered, order.held)
                     if len(ready):
-                        queue.append(ready)
-                        queued += len(ready)
-                    while queued >= self.chunk_lines:
-                        chunk, queue, queued = _split(queue, self.chunk_lines)
-                        yield self._frame(chunk, identities, self.fields)
-                rest = order.flush()
-                if len(rest):
-                    queue.append(rest)
-                    queued += len(rest)
-                while queued:
-                    chunk, queue, queued = _split(queue, self.chunk_lines)
+                        ready = _Rows.concat([pending, ready]) if len(pending) else ready
+                        chunks, pending = _chunks(ready, self.chunk_lines, final=False)
+                        for chunk in chunks:
+                            yield self._frame(chunk, identities, self.fields)
+                rest = _Rows.concat([pending, order.flush()])
+                for chunk in _chunks(rest, self.chunk_lines, final=True)[0]:
                     yield self._frame(chunk, identities, self.fields)
         finally:
             stream.close()
@@ -371,8 +365,6 @@ class LogReader:
 
     @staticmethod
     def _frame(rows: _Rows, identities: _Identities, fields: tuple[str, ...]) -> pd.DataFrame:
-        order = np.lexsort((rows.line, rows.time_ns))
-        rows = rows.take(order)
         n = len(rows)
         columns = {
             "time": _floor_ms_exact(rows.time_ns),
