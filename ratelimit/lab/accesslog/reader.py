@@ -236,7 +236,11 @@ class LogReader:
         partial = rows[verdicts[rows] == _PARTIAL]
         if len(partial):
             self.problems._partial(block.first + partial, block.excerpts(partial))
-        texts = _columns(block.data, spans[rows], self.fields)
+        texts = (
+            _columns(block.data, spans[rows], self.fields)
+            if self.fields
+            else np.empty((len(rows), 0), dtype=object)
+        )
         if field_ is not None:
             return _Rows(
                 block.first + rows,
