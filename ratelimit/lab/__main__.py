@@ -139,8 +139,8 @@ def _planned(log, limits, algos, options, *, example: bool) -> planner.LogPlan:
         raise _Failed(f"cannot read {log}: {why}")
     try:
         return planner.plan_log(path, limits, algos, example=example, **options)
-    except accesslog.LogFormatError as exc:
-        raise _Failed(str(exc)) from None
+    except accesslog.LogFormatError as exc:  # its summary of bad lines has several lines
+        raise _Failed("; ".join(part.strip() for part in str(exc).splitlines())) from None
     except OSError as exc:
         raise _Failed(f"cannot read {log}: {exc.strerror or exc}") from None
 

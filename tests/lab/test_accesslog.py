@@ -205,11 +205,12 @@ def test_empty_file(tmp_path):
 
 def test_binary_file(tmp_path):
     path = tmp_path / "image.png"
-    path.write_bytes(bytes(random.Random(1).randrange(256) for _ in range(5000)))
+    rng = random.Random(1)
+    path.write_bytes(bytes(rng.randrange(256) for _ in range(5000)))
     with pytest.raises(LogFormatError, match="binary"):
         read(path)
     noisy = tmp_path / "noise.bin"  # no NUL byte, but not text either
-    noisy.write_bytes(bytes(random.Random(2).randrange(1, 256) for _ in range(5000)))
+    noisy.write_bytes(bytes(rng.randrange(1, 256) for _ in range(5000)))
     with pytest.raises(LogFormatError, match="binary"):
         detect_format(noisy)
 
@@ -475,14 +476,16 @@ def test_100_kb_lines(tmp_path):
     lines = [
         clf("192.0.2.1", "k", START, path=long_path),  # valid: read
         "y" * 100_000,  # not a log line
-        clf("192.0.2.2", "k", START) + ' "-" "' + "a" * 100_000,  # unclosed agent
+        clf("192.0.2.2", "k", START) + ' "-" "' + "a" * 100_000,  # unclosed agent: partial
         json.dumps({"n": "z" * 100_000}),
         clf("192.0.2.3", "k", START),
     ]
     trace, problems = read(write(tmp_path, lines))
-    assert trace["identity"].tolist() == ["192.0.2.1", "192.0.2.3"]
-    assert problems.counts == {"malformed": 3}
-    assert all(len(text) <= EXCERPT_CHARS for _, _, text in problems.examples)
+    assert trace["identity"].tolist() == ["192.0.2.1", "192.0.2.2", "192.0.2.3"]
+    assert problems.counts == {"malformed": 2}
+    assert [line for line, _, _ in problems.partial_examples] == [3]
+    examples = problems.examples + problems.partial_examples
+    assert all(len(text) <= EXCERPT_CHARS for _, _, text in examples)
     seen = []
     read(write(tmp_path, lines, "b.log"), cost=lambda f: seen.append(f["path"]) or 1)
     assert seen[0] == long_path

@@ -3,7 +3,7 @@ lines, the rows parsed from a block, and the buffer that puts rows back in time 
 
 from __future__ import annotations
 
-import gzip
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,14 +32,21 @@ class _Rows:
     time_ns: np.ndarray  # int64
     code: np.ndarray  # int64, `_Identities` codes
     cost: np.ndarray  # int64
+    fields: np.ndarray  # object, (rows, asked fields): their text
 
     @staticmethod
-    def empty() -> _Rows:
+    def empty(width: int = 0) -> _Rows:
         none = np.empty(0, dtype=np.int64)
-        return _Rows(none, none, none, none)
+        return _Rows(none, none, none, none, np.empty((0, width), dtype=object))
 
     def take(self, index: Any) -> _Rows:
-        return _Rows(self.line[index], self.time_ns[index], self.code[index], self.cost[index])
+        return _Rows(
+            self.line[index],
+            self.time_ns[index],
+            self.code[index],
+            self.cost[index],
+            self.fields[index],
+        )
 
     @staticmethod
     def concat(parts: list[_Rows]) -> _Rows:
@@ -51,7 +58,7 @@ class _Rows:
         return len(self.line)
 
 
-_ROW_FIELDS = ("line", "time_ns", "code", "cost")
+_ROW_FIELDS = ("line", "time_ns", "code", "cost", "fields")
 
 
 @dataclass
@@ -122,26 +129,98 @@ def _pieces(stream: IO[bytes], problems: Problems, bar: Any, raw: IO[bytes]):
             pending, skipping = b"", True
     if pending:
         yield _lines_of(pending, line, True)
+        line += 1
+    if isinstance(stream, _Gunzip) and stream.error:
+        problems.stopped = (
+            f"{stream.error} at byte {stream.offset:,} of {stream.size:,} of the gzip file: "
+            f"reading stopped after line {line - 1:,}; what follows was not read"
+        )
+
+
+class _Gunzip:
+    """The bytes of a gzip file (member after member) that can be read: where the data
+    is cut off or damaged the stream ends, `error` says why and `offset` where (a byte
+    of the compressed file), rather than raising and losing what was read."""
+
+    PIECE = 2**12  # compressed bytes fed at a time: damage loses at most one piece's output
+
+    def __init__(self, raw: IO[bytes], size: int) -> None:
+        self.raw, self.size = raw, size
+        self.error = ""
+        self.offset = 0
+        self._z = zlib.decompressobj(31)
+        self._input = b""  # compressed bytes read but not yet fed
+        self._out = bytearray()
+        self._in_member = False
+        self._done = False
+
+    def read(self, n: int) -> bytes:
+        while len(self._out) < n and not self._done:
+            self._fill()
+        data = bytes(self._out[:n])
+        del self._out[:n]
+        return data
+
+    def _fill(self) -> None:
+        data, self._input = self._input, b""
+        if not data:
+            data = self.raw.read(self.PIECE)
+            if not data:
+                self._stop("ends early (the file is cut off)" if self._in_member else "", self.size)
+                return
+        if not self._in_member:
+            data = data.lstrip(b"\x00")  # zeros padding the file after a member
+            if not data:
+                return
+            self._in_member = True
+        fed = self.raw.tell() - len(data)
+        try:
+            self._out += self._z.decompress(data)
+        except zlib.error as exc:
+            self._stop(f"is damaged ({exc})", fed)
+            return
+        self._input = self._z.unconsumed_tail
+        if self._z.eof:  # a member ends; another may follow
+            self._input = self._z.unused_data
+            self._z = zlib.decompressobj(31)
+            self._in_member = False
+
+    def _stop(self, why: str, offset: int) -> None:
+        self._done = True
+        if why:
+            self.error, self.offset = f"the gzip data {why}", offset
+
+    def close(self) -> None:
+        pass
 
 
 def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
-    """(stream of the log's bytes, the file underneath for progress)."""
+    """(stream of the log's bytes, the file underneath for progress). A gzip file's
+    stream is a `_Gunzip`."""
     raw = open(path, "rb")  # noqa: SIM115 (closed by the caller)
     if raw.read(2) == b"\x1f\x8b":
         raw.seek(0)
-        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
+        return _Gunzip(raw, path.stat().st_size), raw  # type: ignore[return-value]
     raw.seek(0)
     return raw, raw
 
 
-class _Reorder:
-    """Holds rows back until they are `horizon` ns older than the newest row seen, then
-    releases them sorted by time (ties in file order)."""
+_INT64_MAX = np.iinfo(np.int64).max
 
-    def __init__(self, horizon_ns: int) -> None:
+
+class _Reorder:
+    """Puts rows back in time order within a horizon, by a rule of the file's content
+    alone: reading line j, every held row at least `horizon` ns older than the newest row
+    up to line j is released; the rows released at one line go out sorted by time (ties
+    in file order), and lines release in file order. So a row more than the horizon older
+    than a row before it (late) goes out as soon as it is read, and every other row in
+    time order; how the file is cut into blocks changes nothing."""
+
+    def __init__(self, horizon_ns: int, width: int = 0) -> None:
         self.horizon = horizon_ns
+        self.width = width
         self.newest: int | None = None
-        self.buffer = _Rows.empty()
+        self.buffer = _Rows.empty(width)  # held rows, in file order
 
     @property
     def held(self) -> int:
@@ -160,28 +239,47 @@ class _Reorder:
         return valid & (times < np.where(valid, before, 0) - self.horizon)
 
     def push(self, rows: _Rows) -> _Rows:
-        if len(rows):
-            top = int(rows.time_ns.max())
-            self.newest = top if self.newest is None else max(self.newest, top)
+        """The rows released while reading `rows` (the next rows of the file), in the
+        order they are released."""
+        if not len(rows):
+            return _Rows.empty(self.width)
+        newest = np.maximum.accumulate(rows.time_ns)
+        if self.newest is not None:
+            newest = np.maximum(newest, self.newest)
+        self.newest = int(newest[-1])
+        held = len(self.buffer)
         rows = _Rows.concat([self.buffer, rows])
-        if self.newest is None:
-            return _Rows.empty()
-        ready = rows.time_ns <= self.newest - self.horizon
-        self.buffer = rows.take(~ready)
-        out = rows.take(ready)
-        return out.take(np.argsort(out.time_ns, kind="stable"))
+        times = rows.time_ns
+        # The newest time that releases each row: its own plus the horizon, saturated.
+        due = np.where(times > _INT64_MAX - self.horizon, _INT64_MAX, times + self.horizon)
+        step = np.searchsorted(newest, due, side="left")  # the row of this block releasing it
+        step[held:] = np.maximum(step[held:], np.arange(len(rows) - held))
+        released = step < len(newest)
+        self.buffer = rows.take(~released)
+        out = rows.take(released)
+        return out.take(np.lexsort((out.time_ns, step[released])))
 
     def flush(self) -> _Rows:
         out = self.buffer.take(np.argsort(self.buffer.time_ns, kind="stable"))
-        self.buffer = _Rows.empty()
+        self.buffer = _Rows.empty(self.width)
         return out
 
 
-def _split(queue: list[_Rows], size: int) -> tuple[_Rows, list[_Rows], int]:
-    """The first `size` queued rows, and what remains queued."""
-    rows = _Rows.concat(queue)
-    head, tail = rows.take(slice(0, size)), rows.take(slice(size, None))
-    return head, ([tail] if len(tail) else []), len(tail)
+def _chunks(rows: _Rows, size: int, final: bool) -> tuple[list[_Rows], _Rows]:
+    """Released rows cut into chunks: a chunk ends where time goes back (a late row
+    starts the next) and after `size` rows. The chunks complete so far, and the rows
+    left over (all of them into chunks when `final`)."""
+    times = rows.time_ns
+    ends = [*(np.flatnonzero(times[1:] < times[:-1]) + 1).tolist(), len(rows)]
+    out, start = [], 0
+    for end in ends:
+        while end - start >= size:
+            out.append(rows.take(slice(start, start + size)))
+            start += size
+        if start < end and (end < len(rows) or final):
+            out.append(rows.take(slice(start, end)))
+            start = end
+    return out, rows.take(slice(start, None))
 
 
 def _bar(total_bytes: int, progress: bool | None):

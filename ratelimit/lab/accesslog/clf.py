@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit
 
 from .blocks import MAX_LINE_BYTES, _Block
-from .problems import _BAD_TIME, _BLANK, _MALFORMED, _NO_NS, _OK, _TOO_LONG
+from .problems import _BAD_TIME, _BLANK, _MALFORMED, _NO_NS, _OK, _PARTIAL, _TOO_LONG
 
 # Span columns: [start, end) byte offsets of each field in the block; referer and agent
 # are (-1, -1) in a clf line, extras (-1, -1) when nothing follows.
@@ -134,7 +134,9 @@ def _quoted(buf, p, e):
 
 @njit(cache=True)
 def _scan_line(buf, s, e, spans):
-    """Fill one line's spans; its verdict (_OK, _BLANK, ...)."""
+    """Fill one line's spans; its verdict (_OK, _BLANK, ...). Once the client, time and
+    request are read, a field after them that cannot be read makes the line _PARTIAL,
+    with that field and those after it (-1, -1)."""
     blank = True
     for p in range(s, e):
         if buf[p] != 32 and buf[p] != 9:
@@ -166,43 +168,48 @@ def _scan_line(buf, s, e, spans):
     if q < 0 or q + 1 >= e or buf[q + 1] != 32:
         return _MALFORMED
     spans[_REQUEST, 0], spans[_REQUEST, 1] = p, q
+    for f in range(_STATUS, _SPANS):
+        spans[f, 0] = spans[f, 1] = -1
     p = q + 2
     q = _token(buf, p, e)
-    if q - p != 3 or _number(buf, p, 3) < 0 or q >= e:
-        return _MALFORMED
+    if q - p != 3 or _number(buf, p, 3) < 0:
+        return _PARTIAL
     spans[_STATUS, 0], spans[_STATUS, 1] = p, q
+    if q >= e:
+        return _PARTIAL
     p = q + 1
     q = _token(buf, p, e)
+    if q < 0:
+        return _PARTIAL
     if q <= p or not (q - p == 1 and buf[p] == 45):  # '-' or digits
         for k in range(p, q if q > p else p + 1):
-            if buf[k] < 48 or buf[k] > 57:
-                return _MALFORMED
+            if k >= e or buf[k] < 48 or buf[k] > 57:
+                return _PARTIAL
     spans[_BYTES, 0], spans[_BYTES, 1] = p, q
     p = q
-    spans[_REFERER, 0] = spans[_REFERER, 1] = spans[_AGENT, 0] = spans[_AGENT, 1] = -1
-    spans[_EXTRA, 0] = spans[_EXTRA, 1] = -1
     if p < e and p + 1 < e and buf[p + 1] == 34:  # ' "referer" "agent"'
         q = _quoted(buf, p + 2, e)
         if q >= 0 and q + 2 < e and buf[q + 1] == 32 and buf[q + 2] == 34:
+            spans[_REFERER, 0], spans[_REFERER, 1] = p + 2, q
             r = _quoted(buf, q + 3, e)
-            if r >= 0:
-                spans[_REFERER, 0], spans[_REFERER, 1] = p + 2, q
-                spans[_AGENT, 0], spans[_AGENT, 1] = q + 3, r
-                p = r + 1
+            if r < 0:
+                return _PARTIAL
+            spans[_AGENT, 0], spans[_AGENT, 1] = q + 3, r
+            p = r + 1
     if p < e:  # more fields: a custom format's extras
         if buf[p] != 32 or p + 1 >= e:
-            return _MALFORMED
+            return _PARTIAL
         quoted = False  # quotes must pair up, as in the fields before
         k = p + 1
         while k < e:
             c = buf[k]
             if c < 32 and c != 9:
-                return _MALFORMED
+                return _PARTIAL
             if c == 34:
                 quoted = not quoted
             k += 2 if c == 92 and quoted else 1
         if quoted:
-            return _MALFORMED
+            return _PARTIAL
         spans[_EXTRA, 0], spans[_EXTRA, 1] = p + 1, e
     return _OK
 
@@ -213,7 +220,7 @@ def _scan_clf(buf, starts, ends, spans, times, verdicts):
     for i in range(starts.size):
         verdict = _scan_line(buf, starts[i], ends[i], spans[i])
         times[i] = _NO_NS
-        if verdict == _OK:
+        if verdict == _OK or verdict == _PARTIAL:
             times[i] = _clf_ns(buf, spans[i, _TIME, 0], spans[i, _TIME, 1])
             if times[i] == _NO_NS:
                 verdict = _BAD_TIME
@@ -227,6 +234,28 @@ def _span_ints(buf, lo, hi, out):
         n = hi[i] - lo[i]
         value = _number(buf, lo[i], n) if 0 < n <= 18 else 0
         out[i] = value if value > 0 else 0
+
+
+@njit(cache=True)
+def _request_parts(buf, lo, hi, out):
+    """out[i]: the [start, end) spans of request i's method, path and protocol, or
+    empty spans unless the request is three parts parted by single spaces."""
+    for i in range(lo.size):
+        first = second = -1
+        count = 0
+        for p in range(lo[i], hi[i]):
+            if buf[p] == 32:
+                count += 1
+                if count == 1:
+                    first = p
+                elif count == 2:
+                    second = p
+        if count == 2:
+            out[i, 0, 0], out[i, 0, 1] = lo[i], first
+            out[i, 1, 0], out[i, 1, 1] = first + 1, second
+            out[i, 2, 0], out[i, 2, 1] = second + 1, hi[i]
+        else:
+            out[i, :, :] = -1
 
 
 def _scan(block: _Block) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -257,6 +286,42 @@ def _extras(text: str) -> dict[str, str]:
         out[f"extra{number}"] = value
         if match[1]:
             out[match[1]] = value
+    return out
+
+
+def _texts(data: bytes, lo: np.ndarray, hi: np.ndarray) -> list[str]:
+    """The spans `data[lo[i]:hi[i]]` as text ("" where lo is -1)."""
+    return [
+        data[a:b].decode("utf-8", "backslashreplace") if a >= 0 else ""
+        for a, b in zip(lo.tolist(), hi.tolist(), strict=True)
+    ]
+
+
+_PARTS = ("method", "path", "protocol")
+
+
+def _columns(data: bytes, spans: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
+    """The named fields of the lines whose spans are given, as text: an object array
+    (lines, names). Only the asked spans are decoded."""
+    out = np.empty((len(spans), len(names)), dtype=object)
+    parts = None
+    extras: list[dict[str, str]] | None = None
+    for k, name in enumerate(names):
+        if name in _CLF_SPAN:
+            f = _CLF_SPAN[name]
+            out[:, k] = _texts(data, spans[:, f, 0], spans[:, f, 1])
+        elif name in _PARTS:
+            if parts is None:
+                parts = np.empty((len(spans), 3, 2), dtype=np.int64)
+                buf = np.frombuffer(data, dtype=np.uint8)
+                _request_parts(buf, spans[:, _REQUEST, 0], spans[:, _REQUEST, 1], parts)
+            j = _PARTS.index(name)
+            out[:, k] = _texts(data, parts[:, j, 0], parts[:, j, 1])
+        else:
+            if extras is None:
+                lo, hi = spans[:, _EXTRA, 0], spans[:, _EXTRA, 1]
+                extras = [_extras(text) if text else {} for text in _texts(data, lo, hi)]
+            out[:, k] = [fields.get(name, "") for fields in extras]
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import decimal
+import json
 import numbers
 import re
 from typing import Any
@@ -48,6 +49,8 @@ _EPOCH_SCALES = ((10**11, 10**9), (10**14, 10**6), (10**17, 10**3))
 
 def _epoch_ns(value: decimal.Decimal | int) -> int | None:
     """Unix epoch seconds, ms, µs or ns (by magnitude) as exact ns; None out of range."""
+    if abs(value) >= 2**63:  # beyond any time; and 1E+999999999 must not be expanded
+        return None
     scale = 1
     for below, factor in _EPOCH_SCALES:
         if abs(value) < below:
@@ -93,3 +96,17 @@ def _csv_row(line: str, header: list[str]) -> dict[str, str] | None:
     except csv.Error:
         return None
     return dict(zip(header, row, strict=True)) if len(row) == len(header) else None
+
+
+def _text(value: Any) -> str:
+    """A jsonl or csv value as text: strings as they are, numbers as written, true and
+    false, nested objects as JSON; "" when missing."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return str(value)

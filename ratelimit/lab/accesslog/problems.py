@@ -24,6 +24,7 @@ BLANK = "blank"
 
 # Line verdicts (the clf scan gives the first five), and the reasons they stand for.
 _OK, _BLANK, _MALFORMED, _BAD_TIME, _TOO_LONG, _NO_TIME, _NO_IDENTITY, _BAD_COST = range(8)
+_PARTIAL = 8  # client, time and request read, a later field not: a request all the same
 _TRUNCATED = -1
 _REASONS = {
     _BLANK: BLANK,
@@ -55,7 +56,11 @@ class Problems:
     ``parsed``: lines that became requests; ``counts``: reason -> bad lines;
     ``examples``: (1-based line number, reason, excerpt), the first few per reason;
     ``late``: lines more than ``reorder_s`` older than a line before them (still
-    requests, decided late); ``late_examples``: the first few, as examples are.
+    requests, decided late); ``late_examples``: the first few, as examples are;
+    ``partial``: clf and combined lines whose client, time and request were read but a
+    later field not (still requests); ``partial_examples``: the first few;
+    ``stopped``: why and where reading ended before the end of the file ("" when it
+    did not: a gzip file cut off or damaged).
     """
 
     lines: int = 0
@@ -65,6 +70,9 @@ class Problems:
     late: int = 0
     late_examples: list[tuple[int, str, str]] = field(default_factory=list)
     reorder_s: float = 300.0
+    partial: int = 0
+    partial_examples: list[tuple[int, str, str]] = field(default_factory=list)
+    stopped: str = ""
 
     @property
     def skipped(self) -> int:
@@ -92,6 +100,16 @@ class Problems:
                 f"{self.late:,} lines more than {self.reorder_s:g} s older than a line before "
                 f"them (lines {where}{more}): decided late, not dropped"
             )
+        if self.partial:
+            where = ", ".join(str(line) for line, _, _ in self.partial_examples)
+            more = ", ..." if self.partial > len(self.partial_examples) else ""
+            label = "line" if self.partial == 1 else "lines"
+            out.append(
+                f"{self.partial:,} partial ({label} {where}{more}): client, time and request "
+                "read but a later field not; counted as requests"
+            )
+        if self.stopped:
+            out.append(f"warning: {self.stopped}")
         return "\n".join(out)
 
     def _bad(self, reason: str, lines: np.ndarray, excerpt: Callable[[int], str]) -> None:
@@ -104,6 +122,12 @@ class Problems:
         for i in range(min(len(lines), EXAMPLES_PER_REASON - kept)):
             self.examples.append((int(lines[i]), reason, excerpt(i)))
         self.examples.sort(key=lambda example: example[0])
+
+    def _partial(self, lines: np.ndarray, excerpt: Callable[[int], str]) -> None:
+        """Count `lines` (ascending) as partial; `excerpt(i)`: the i-th one's text."""
+        self.partial += len(lines)
+        for i in range(min(len(lines), EXAMPLES_PER_REASON - len(self.partial_examples))):
+            self.partial_examples.append((int(lines[i]), "partial", excerpt(i)))
 
 
 def _excerpt(raw: bytes | str) -> str:
