@@ -35,6 +35,12 @@ jsonl the decoded object) and returns an int. A cost that is not an integer >= 1
 callable that raises ValueError, TypeError, KeyError, IndexError or ArithmeticError)
 makes the line a bad line.
 
+More fields: ``fields=("agent", "status", "method", "path")`` adds one column per named
+field to every chunk, the field's text as a Python str ("" where a line lacks it); for clf
+and combined the names above and the extras, for jsonl and csv any (dotted) field name of
+the log. A name the log does not have is one `LogFormatError`; no fields (the default)
+leaves the chunks and the speed as they are, and for clf only the named spans are decoded.
+
 Time: any UTC offset; ISO 8601 (``Z``, ``+01:00``; without an offset: UTC), CLF times, and
 for jsonl and csv Unix epoch numbers too, by magnitude: below 1e11 seconds, below 1e14
 milliseconds, below 1e17 microseconds, else nanoseconds. ``time`` in the trace is Unix

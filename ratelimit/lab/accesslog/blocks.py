@@ -32,14 +32,21 @@ class _Rows:
     time_ns: np.ndarray  # int64
     code: np.ndarray  # int64, `_Identities` codes
     cost: np.ndarray  # int64
+    fields: np.ndarray  # object, (rows, asked fields): their text
 
     @staticmethod
-    def empty() -> _Rows:
+    def empty(width: int = 0) -> _Rows:
         none = np.empty(0, dtype=np.int64)
-        return _Rows(none, none, none, none)
+        return _Rows(none, none, none, none, np.empty((0, width), dtype=object))
 
     def take(self, index: Any) -> _Rows:
-        return _Rows(self.line[index], self.time_ns[index], self.code[index], self.cost[index])
+        return _Rows(
+            self.line[index],
+            self.time_ns[index],
+            self.code[index],
+            self.cost[index],
+            self.fields[index],
+        )
 
     @staticmethod
     def concat(parts: list[_Rows]) -> _Rows:
@@ -51,7 +58,7 @@ class _Rows:
         return len(self.line)
 
 
-_ROW_FIELDS = ("line", "time_ns", "code", "cost")
+_ROW_FIELDS = ("line", "time_ns", "code", "cost", "fields")
 
 
 @dataclass
@@ -138,10 +145,11 @@ class _Reorder:
     """Holds rows back until they are `horizon` ns older than the newest row seen, then
     releases them sorted by time (ties in file order)."""
 
-    def __init__(self, horizon_ns: int) -> None:
+    def __init__(self, horizon_ns: int, width: int = 0) -> None:
         self.horizon = horizon_ns
+        self.width = width
         self.newest: int | None = None
-        self.buffer = _Rows.empty()
+        self.buffer = _Rows.empty(width)
 
     @property
     def held(self) -> int:
@@ -165,7 +173,7 @@ class _Reorder:
             self.newest = top if self.newest is None else max(self.newest, top)
         rows = _Rows.concat([self.buffer, rows])
         if self.newest is None:
-            return _Rows.empty()
+            return _Rows.empty(self.width)
         ready = rows.time_ns <= self.newest - self.horizon
         self.buffer = rows.take(~ready)
         out = rows.take(ready)
@@ -173,7 +181,7 @@ class _Reorder:
 
     def flush(self) -> _Rows:
         out = self.buffer.take(np.argsort(self.buffer.time_ns, kind="stable"))
-        self.buffer = _Rows.empty()
+        self.buffer = _Rows.empty(self.width)
         return out
 
 

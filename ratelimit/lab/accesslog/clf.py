@@ -229,6 +229,28 @@ def _span_ints(buf, lo, hi, out):
         out[i] = value if value > 0 else 0
 
 
+@njit(cache=True)
+def _request_parts(buf, lo, hi, out):
+    """out[i]: the [start, end) spans of request i's method, path and protocol, or
+    empty spans unless the request is three parts parted by single spaces."""
+    for i in range(lo.size):
+        first = second = -1
+        count = 0
+        for p in range(lo[i], hi[i]):
+            if buf[p] == 32:
+                count += 1
+                if count == 1:
+                    first = p
+                elif count == 2:
+                    second = p
+        if count == 2:
+            out[i, 0, 0], out[i, 0, 1] = lo[i], first
+            out[i, 1, 0], out[i, 1, 1] = first + 1, second
+            out[i, 2, 0], out[i, 2, 1] = second + 1, hi[i]
+        else:
+            out[i, :, :] = -1
+
+
 def _scan(block: _Block) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = len(block.starts)
     spans = np.empty((n, _SPANS, 2), dtype=np.int64)
@@ -257,6 +279,42 @@ def _extras(text: str) -> dict[str, str]:
         out[f"extra{number}"] = value
         if match[1]:
             out[match[1]] = value
+    return out
+
+
+def _texts(data: bytes, lo: np.ndarray, hi: np.ndarray) -> list[str]:
+    """The spans `data[lo[i]:hi[i]]` as text ("" where lo is -1)."""
+    return [
+        data[a:b].decode("utf-8", "backslashreplace") if a >= 0 else ""
+        for a, b in zip(lo.tolist(), hi.tolist(), strict=True)
+    ]
+
+
+_PARTS = ("method", "path", "protocol")
+
+
+def _columns(data: bytes, spans: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
+    """The named fields of the lines whose spans are given, as text: an object array
+    (lines, names). Only the asked spans are decoded."""
+    out = np.empty((len(spans), len(names)), dtype=object)
+    parts = None
+    extras: list[dict[str, str]] | None = None
+    for k, name in enumerate(names):
+        if name in _CLF_SPAN:
+            f = _CLF_SPAN[name]
+            out[:, k] = _texts(data, spans[:, f, 0], spans[:, f, 1])
+        elif name in _PARTS:
+            if parts is None:
+                parts = np.empty((len(spans), 3, 2), dtype=np.int64)
+                buf = np.frombuffer(data, dtype=np.uint8)
+                _request_parts(buf, spans[:, _REQUEST, 0], spans[:, _REQUEST, 1], parts)
+            j = _PARTS.index(name)
+            out[:, k] = _texts(data, parts[:, j, 0], parts[:, j, 1])
+        else:
+            if extras is None:
+                lo, hi = spans[:, _EXTRA, 0], spans[:, _EXTRA, 1]
+                extras = [_extras(text) if text else {} for text in _texts(data, lo, hi)]
+            out[:, k] = [fields.get(name, "") for fields in extras]
     return out
 
 

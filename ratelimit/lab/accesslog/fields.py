@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import decimal
+import json
 import numbers
 import re
 from typing import Any
@@ -93,3 +94,17 @@ def _csv_row(line: str, header: list[str]) -> dict[str, str] | None:
     except csv.Error:
         return None
     return dict(zip(header, row, strict=True)) if len(row) == len(header) else None
+
+
+def _text(value: Any) -> str:
+    """A jsonl or csv value as text: strings as they are, numbers as written, true and
+    false, nested objects as JSON; "" when missing."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return str(value)

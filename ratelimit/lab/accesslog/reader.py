@@ -4,7 +4,7 @@ rows reordered and released as trace chunks (see `ratelimit.lab.accesslog`)."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,8 @@ from ratelimit import validation
 from ..traffic import _floor_ms_exact
 from . import blocks
 from .blocks import _bar, _Block, _lines_of, _open, _pieces, _Reorder, _Rows, _split
-from .clf import _CLF_SPAN, _EXTRA, _clf_fields, _extras, _scan, _span_ints
-from .fields import _cost_of, _csv_row, _lookup, _missing, _times_ns
+from .clf import _CLF_SPAN, _EXTRA, _clf_fields, _columns, _extras, _scan, _span_ints
+from .fields import _cost_of, _csv_row, _lookup, _missing, _text, _times_ns
 from .formats import (
     ADDRESS_FIELDS,
     CLF_FIELDS,
@@ -50,6 +50,8 @@ from .problems import (
 
 _CALLABLE_ERRORS = (ValueError, TypeError, KeyError, IndexError, ArithmeticError)
 _NS = 1_000_000_000
+TRACE_COLUMNS = ("time", "identity", "cost", "replica")
+"""The columns of every trace chunk; `fields=` adds one column per named field."""
 
 
 class LogReader:
@@ -62,7 +64,10 @@ class LogReader:
     addresses count per this prefix (as `ratelimit.http`). `chunk_lines`: rows per chunk
     at most. `reorder_s`: how far out of order lines may be and still be sorted (see the
     module doc). `progress`: a progress bar over the bytes read (None: on long reads,
-    but not under pytest or with RATELIMIT_PROGRESS=0).
+    but not under pytest or with RATELIMIT_PROGRESS=0). `fields`: more fields to carry,
+    each a column of text in every chunk ("" where a line lacks it): for clf and combined
+    the format's field names (`CLF_FIELDS` and the extras), for jsonl and csv a (dotted)
+    field name.
 
     Raises LogFormatError at once for a file that is not a log or a field it lacks.
     Iterating reads the file (again, on each iteration); `problems` is complete when the
@@ -81,12 +86,14 @@ class LogReader:
         chunk_lines: int = 1_000_000,
         reorder_s: float = 300.0,
         progress: bool | None = None,
+        fields: Sequence[str] = (),
     ) -> None:
         self.path = Path(path)
         self.ipv6_prefix = validation.positive_int("ipv6_prefix", ipv6_prefix, 128)
         self.chunk_lines = validation.count("chunk_lines", chunk_lines)
         self.reorder_s = validation.non_negative("reorder_s", reorder_s)
         self.progress = progress
+        self.fields: tuple[str, ...] = _field_names(fields)
         if format is not None and format not in FORMATS:
             raise LogFormatError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
         if cost is not None and not callable(cost) and not isinstance(cost, str):
@@ -112,7 +119,7 @@ class LogReader:
         else:
             records = self._records(sample)
             fields = self.header or list(dict.fromkeys(n for record in records for n in record))
-            named = [name for name in (identity, cost, time) if isinstance(name, str)]
+            named = [n for n in (identity, cost, time, *self.fields) if isinstance(n, str)]
             present = [
                 name
                 for name in dict.fromkeys([*fields, *named, *ADDRESS_FIELDS, *TIME_FIELDS])
@@ -139,6 +146,12 @@ class LogReader:
             if isinstance(name, str) and name not in present:
                 raise LogFormatError(
                     f"{self.path}: no field {name!r} ({option}=) in this {format} log; "
+                    f"its fields are: {', '.join(fields)}"
+                )
+        for name in self.fields:
+            if name not in present:
+                raise LogFormatError(
+                    f"{self.path}: no field {name!r} (fields=) in this {format} log; "
                     f"its fields are: {', '.join(fields)}"
                 )
         self.problems = Problems(reorder_s=self.reorder_s)
@@ -228,12 +241,14 @@ class LogReader:
         keep = (costs > 0) & ~absent
         self._report(block, reasons)
         rows = good[keep]
+        texts = _columns(block.data, spans[rows], self.fields)
         if field_ is not None:
             return _Rows(
                 block.first + rows,
                 times[rows],
                 identities.span_codes(buf, lo[keep], hi[keep]),
                 costs[keep],
+                texts,
             )
         codes, raws = _factorize([v for v, k in zip(values, keep, strict=True) if k])
         return _Rows(
@@ -241,6 +256,7 @@ class LogReader:
             times[rows],
             identities.codes(raws)[codes],
             costs[keep],
+            texts,
         )
 
     def _cost(self, fields: dict[str, Any]) -> int:
@@ -259,7 +275,7 @@ class LogReader:
         n = len(lines)
         reasons = np.zeros(n, dtype=np.int64)
         too_long = (block.ends - block.starts) > blocks.MAX_LINE_BYTES
-        rows, raw_times, raw_ids, costs = [], [], [], []
+        rows, raw_times, raw_ids, costs, texts = [], [], [], [], []
         header = self.header
         for i, line in enumerate(lines):
             line = line.rstrip("\r")
@@ -295,6 +311,8 @@ class LogReader:
             raw_times.append(when)
             raw_ids.append(who if isinstance(who, str) else str(who))
             costs.append(cost)
+            if self.fields:
+                texts.append([_text(_lookup(record, name)) for name in self.fields])
         times = _times_ns(raw_times)
         rows_ = np.asarray(rows, dtype=np.int64)
         untimed = times == _NO_NS
@@ -302,11 +320,15 @@ class LogReader:
         self._report(block, reasons)
         keep = ~untimed
         codes, raws = _factorize([raw for raw, k in zip(raw_ids, keep, strict=True) if k])
+        columns = np.empty((len(rows), len(self.fields)), dtype=object)
+        if self.fields and rows:
+            columns[:] = texts
         return _Rows(
             block.first + rows_[keep],
             times[keep],
             identities.codes(raws)[codes],
             np.asarray(costs, dtype=np.int64)[keep],
+            columns[keep],
         )
 
     # -- iterating ---------------------------------------------------------------------
@@ -315,7 +337,7 @@ class LogReader:
         self.problems = problems = Problems(reorder_s=self.reorder_s)
         self.peak_buffered = 0
         identities = _Identities(self.ipv6_prefix)
-        order = _Reorder(min(round(self.reorder_s * _NS), 2**62))  # 2**62 ns: 146 years
+        order = _Reorder(min(round(self.reorder_s * _NS), 2**62), len(self.fields))  # 146 y
         queue: list[_Rows] = []
         queued = 0
         stream, raw = _open(self.path)
@@ -340,32 +362,32 @@ class LogReader:
                         queued += len(ready)
                     while queued >= self.chunk_lines:
                         chunk, queue, queued = _split(queue, self.chunk_lines)
-                        yield self._frame(chunk, identities)
+                        yield self._frame(chunk, identities, self.fields)
                 rest = order.flush()
                 if len(rest):
                     queue.append(rest)
                     queued += len(rest)
                 while queued:
                     chunk, queue, queued = _split(queue, self.chunk_lines)
-                    yield self._frame(chunk, identities)
+                    yield self._frame(chunk, identities, self.fields)
         finally:
             stream.close()
             raw.close()
 
     @staticmethod
-    def _frame(rows: _Rows, identities: _Identities) -> pd.DataFrame:
+    def _frame(rows: _Rows, identities: _Identities, fields: tuple[str, ...]) -> pd.DataFrame:
         order = np.lexsort((rows.line, rows.time_ns))
         rows = rows.take(order)
         n = len(rows)
-        return pd.DataFrame(
-            {
-                "time": _floor_ms_exact(rows.time_ns),
-                "identity": identities.of(rows.code),
-                "cost": rows.cost,
-                "replica": np.zeros(n, dtype=np.int64),
-            },
-            index=pd.RangeIndex(n),
-        )
+        columns = {
+            "time": _floor_ms_exact(rows.time_ns),
+            "identity": identities.of(rows.code),
+            "cost": rows.cost,
+            "replica": np.zeros(n, dtype=np.int64),
+        }
+        for k, name in enumerate(fields):
+            columns[name] = pd.array(rows.fields[:, k], dtype="str")
+        return pd.DataFrame(columns, index=pd.RangeIndex(n))
 
 
 def read(path: str | Path, **options: Any) -> tuple[pd.DataFrame, Problems]:
@@ -382,6 +404,18 @@ def read(path: str | Path, **options: Any) -> tuple[pd.DataFrame, Problems]:
                 "identity": pd.array([], dtype="str"),
                 "cost": np.empty(0, dtype=np.int64),
                 "replica": np.empty(0, dtype=np.int64),
+                **{name: pd.array([], dtype="str") for name in reader.fields},
             }
         )
     return trace, reader.problems
+
+
+def _field_names(fields: Sequence[str]) -> tuple[str, ...]:
+    """`fields=` checked: names (one name alone too), none a trace column, each once."""
+    names = (fields,) if isinstance(fields, str) else tuple(fields)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"fields must be field names, got {name!r}")
+        if name in TRACE_COLUMNS:
+            raise ValueError(f"fields cannot name {name!r}: the trace has its own {name!r} column")
+    return tuple(dict.fromkeys(names))
