@@ -24,7 +24,7 @@ T0 = 1_796_000_000.0  # a whole second in Unix time
 ALGOS = ["log", "fw", "gcra"]
 DEMO_ROUTES = [
     "/tiles/*=20/s,name=tiles",
-    "/within=4/s,cost=ratelimit.costs:geofence_cost(radius),name=geofence",
+    "/within=10/s,cost=ratelimit.costs:geofence_cost(radius),name=geofence",
 ]
 
 
@@ -314,3 +314,105 @@ def test_each_line_is_priced_by_its_own_route():
         price({"path": "/within", "status": "200"})  # a geofence look-up without radius
     # Without a route's own cost, the default prices every line as the reader would.
     assert routes._dispatch([routes.parse_route("/a=1/s")], "bytes", []) == "bytes"
+
+
+# --- a written log, end to end ----------------------------------------------------------
+
+
+def write_clf(frame: pd.DataFrame, path: Path) -> Path:
+    """`frame` as a Common Log Format log with millisecond times: the identity in the
+    user field, a request "-" for a line without a path. (A status "-" makes a line
+    malformed to the reader: give none.)"""
+    assert (frame["status"] != "").all()
+    import datetime
+
+    lines = []
+    for row in frame.itertuples(index=False):
+        ms = round((row.time - T0) * 1000) + int(T0) * 1000
+        moment = datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC)
+        stamp = moment.strftime("%d/%b/%Y:%H:%M:%S") + f".{ms % 1000:03d} +0000"
+        request = f"{row.method} {row.path} HTTP/1.1" if row.path else "-"
+        lines.append(
+            f'192.0.2.7 - {row.identity} [{stamp}] "{request}" {row.status or "-"} 512'
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_plan_command_plans_routes_of_a_written_log(tmp_path, capsys):
+    from ratelimit.lab.__main__ import main
+
+    frame = demo_trace(9)
+    frame = frame[frame["status"] != ""].reset_index(drop=True)
+    log = write_clf(frame, tmp_path / "demo.log")
+    out = tmp_path / "routes.json"
+    where = ["status!=5xx"]
+    argv = ["plan", str(log), "--identity", "user", "--no-measure", "--no-progress",
+            "--json", str(out), "--where", where[0]]  # fmt: skip
+    for spec in DEMO_ROUTES:
+        argv += ["--route", spec]
+    assert main(argv) == 0
+    printed = capsys.readouterr()
+    assert "Per-route plan for" in printed.out and "(unplanned)" in printed.out
+    document = json.loads(out.read_text())
+
+    # By hand: the frame's own costs (geofence_cost of each radius), filtered and routed
+    # row by row.
+    patterns = ["/tiles/*", "/within"]
+    kept = frame[[all(keeps(w, row) for w in where) for _, row in frame.iterrows()]]
+    routed = np.array([route_by_hand(p, patterns) for p in kept["path"]])
+    assert document["where"] == {"conditions": where, "requests_read": len(frame),
+                                 "kept": len(kept)}  # fmt: skip
+    assert document["unplanned"]["requests"] == int(np.count_nonzero(routed < 0))
+    for i, (route, limit) in enumerate(zip(document["routes"], [(20, 1.0), (10, 1.0)],
+                                           strict=True)):  # fmt: skip
+        alone = kept[routed == i]
+        expected = planner.plan_trace(alone, [limit], server_time=BENCH)
+        assert route["requests"] == len(alone)
+        assert route["candidates"] == candidates(expected)
+    assert document["routes"][1]["cost"] == "ratelimit.costs:geofence_cost(radius)"
+
+
+def test_the_plan_command_filters_and_prices_by_a_cost_function(tmp_path, capsys):
+    from ratelimit.lab.__main__ import main
+
+    frame = demo_trace(10)
+    frame = frame[frame["path"].str.startswith("/within") & (frame["status"] != "")]
+    frame = frame.reset_index(drop=True)
+    log = write_clf(frame, tmp_path / "geo.log")
+    out = tmp_path / "plan.json"
+    argv = ["plan", str(log), "--identity", "user", "--no-measure", "--no-progress",
+            "--limit", "4/s", "--cost", "ratelimit.costs:geofence_cost(radius)",
+            "--where", "method=GET", "--where", "status=2xx,3xx", "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    where = ["method=GET", "status=2xx,3xx"]
+    kept = frame[[all(keeps(w, row) for w in where) for _, row in frame.iterrows()]]
+    expected = planner.plan_trace(kept, ["4/s"], server_time=BENCH)
+    document = json.loads(out.read_text())
+    assert document["candidates"] == candidates(expected)
+    assert document["log"]["cost"] == "ratelimit.costs:geofence_cost(radius)"
+    assert document["log"]["where"]["kept"] == len(kept)
+    assert f"kept {len(kept):,} of {len(frame):,}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        (["--route", "/tiles/*"], "write PATTERN=RATE"),
+        (["--route", "/tiles/*=1/s", "--limit", "5/s"], "give --limit or --route, not both"),
+        (["--cost", "ratelimit.costs:nope"], "ratelimit.costs has no 'nope'"),
+        (["--where", "agent=curl"], "the fields are status, method, path"),
+    ],
+)
+def test_bad_route_filter_and_cost_options_exit_2_with_one_line(tmp_path, capsys, options, words):
+    from ratelimit.lab.__main__ import main
+
+    frame = demo_trace(11, n=40)
+    log = write_clf(frame[frame["status"] != ""], tmp_path / "small.log")
+    with pytest.raises(SystemExit) as stopped:
+        main(["plan", str(log), "--no-measure", *options])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # after the usage, the message: one line
+    assert last.startswith("python -m ratelimit.lab plan: error: ") and words in last
+    assert "Traceback" not in err
