@@ -332,9 +332,7 @@ def write_clf(frame: pd.DataFrame, path: Path) -> Path:
         moment = datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC)
         stamp = moment.strftime("%d/%b/%Y:%H:%M:%S") + f".{ms % 1000:03d} +0000"
         request = f"{row.method} {row.path} HTTP/1.1" if row.path else "-"
-        lines.append(
-            f'192.0.2.7 - {row.identity} [{stamp}] "{request}" {row.status or "-"} 512'
-        )
+        lines.append(f'192.0.2.7 - {row.identity} [{stamp}] "{request}" {row.status} 512')
     path.write_text("\n".join(lines) + "\n")
     return path
 
