@@ -21,6 +21,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from ratelimit import algorithms
 
@@ -75,6 +76,33 @@ def _top(text: str) -> int:
     return int(text)
 
 
+def _route(text: str) -> Any:
+    from .planner import routes
+
+    try:
+        return routes.parse_route(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _where(text: str) -> Any:
+    from .planner import routes
+
+    try:
+        return routes.parse_where(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _cost(text: str) -> Any:
+    from .planner import routes
+
+    try:
+        return routes.parse_cost(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _paragraphs(*texts: str) -> str:
     return "\n\n".join(textwrap.fill(text, 79) for text in texts)
 
@@ -86,6 +114,8 @@ def _say(message: str) -> None:
 def _plan(args: argparse.Namespace) -> int:
     if args.log is not None and args.example:
         args.parser.error("give LOG or --example, not both")
+    if args.route and args.limit:
+        args.parser.error("give --limit or --route, not both: each route carries its own limit")
     limits = args.limit or [DEFAULT_LIMIT]
     options = {
         "format": args.format,
@@ -114,12 +144,12 @@ def _plan(args: argparse.Namespace) -> int:
         options["cost"] = args.cost or samplelog.example_cost
         with tempfile.TemporaryDirectory(prefix="ratelimit-example-") as folder:
             path = samplelog.write_example(Path(folder) / "example.log")
-            plan = _planned(path, limits, algos, options, example=True)
+            plan = _planned(path, limits, algos, options, example=True, chosen=_chosen(args))
     else:
-        plan = _planned(args.log, limits, algos, options, example=False)
-    problems = plan.log.problems
-    if problems is not None:
-        _say(problems.summary())
+        plan = _planned(args.log, limits, algos, options, example=False, chosen=_chosen(args))
+    problems = plan.log.problems if isinstance(plan, planner.LogPlan) else plan.log["problems"]
+    if problems:
+        _say(problems if isinstance(problems, str) else problems.summary())
     print(plan.table(problems=False))
     if args.json is not None:
         try:
@@ -130,14 +160,28 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _planned(log, limits, algos, options, *, example: bool) -> planner.LogPlan:
+def _chosen(args: argparse.Namespace) -> dict:
+    """--route and --where, as `_planned` takes them."""
+    return {"routes": args.route or [], "where": args.where or []}
+
+
+def _planned(log, limits, algos, options, *, example: bool, chosen: dict) -> Any:
     from . import accesslog
+    from .planner import routes
 
     path = Path(log)
     if not path.is_file():
         why = "no such file" if not path.exists() else "not a file"
         raise _Failed(f"cannot read {log}: {why}")
     try:
+        if chosen["routes"]:
+            return routes.plan_routes(
+                path, chosen["routes"], algos, where=chosen["where"], example=example, **options
+            )
+        if chosen["where"]:
+            return routes.plan_where(
+                path, limits, algos, where=chosen["where"], example=example, **options
+            )
         return planner.plan_log(path, limits, algos, example=example, **options)
     except accesslog.LogFormatError as exc:  # its summary of bad lines has several lines
         raise _Failed("; ".join(part.strip() for part in str(exc).splitlines())) from None
@@ -175,6 +219,10 @@ def parser() -> argparse.ArgumentParser:
             "window; then the Redis plan: keys alive at once, memory (each key at its "
             "identity's peak, from measured bytes per key), checks per second at the peak "
             "(not the mean), server time per check and shards with headroom.",
+            "With --route, each route is planned with its own limit and key, one table "
+            "row per route and algorithm, and the requests no route matches are counted "
+            "as unplanned; --where plans only the requests a filter keeps (see "
+            "ratelimit.lab.planner.routes).",
             "The table goes to stdout, the log's bad lines (with their line numbers) to "
             "stderr, and --json OUT writes everything as one JSON document (its fields are "
             "documented in ratelimit.lab.planner).",
@@ -228,8 +276,12 @@ def parser() -> argparse.ArgumentParser:
     )
     plan.add_argument(
         "--cost",
-        metavar="FIELD",
-        help="an integer field holding each request's cost (default: every request costs 1)",
+        type=_cost,
+        metavar="COST",
+        help="each request's cost: an integer field, or a function: MODULE:FUNCTION(NAME) "
+        "calls it with the field or query parameter NAME (e.g. "
+        "'ratelimit.costs:geofence_cost(radius)'), MODULE:FUNCTION with the line's fields "
+        "(a text with a colon is a function; default: every request costs 1)",
     )
     plan.add_argument(
         "--time",
@@ -279,6 +331,29 @@ def parser() -> argparse.ArgumentParser:
     )
     plan.add_argument(
         "--json", metavar="OUT", help="also write the whole plan as one JSON document to OUT"
+    )
+    # Routes and filters (ratelimit.lab.planner.routes).
+    plan.add_argument(
+        "--route",
+        action="append",
+        type=_route,
+        metavar="PATTERN=RATE",
+        help="plan a route with its own limit and key (identity x route), written "
+        "PATTERN=RATE[,cost=COST][,name=NAME]: the requests "
+        "whose path, without its query, matches the glob PATTERN (fnmatch: * also crosses "
+        "/), e.g. '/tiles/*=100/s' and '/within=10/s,cost=ratelimit.costs:geofence_cost"
+        "(radius),name=geofence'; COST as --cost (default: --cost, else 1). Repeat for "
+        "more; a request goes to the first route it matches, and those matching none are "
+        "reported as unplanned. Replaces --limit",
+    )
+    plan.add_argument(
+        "--where",
+        action="append",
+        type=_where,
+        metavar="FILTER",
+        help="FIELD=VALUES: plan only the requests whose status, method or path is one of VALUES "
+        "(comma-separated): status=2xx, status=200,304, method=GET, 'path=/api/*' (a glob "
+        "as for --route); FIELD!=VALUES keeps those it is none of. Repeat: all must hold",
     )
     plan.add_argument(
         "--no-progress", action="store_true", help="no progress bar while reading a long log"

@@ -66,6 +66,10 @@ last request) per candidate, plus each replayer's state and the admitted stamps 
 each identity's last window (and the `windowpeaks.WindowPeaks` reorder margin): it
 grows with the identities and with what one window holds, never with the log's length.
 
+Routes, filters and cost functions (`plan --route`, `--where`, `--cost MODULE:FUNCTION`)
+are `routes` (`plan_routes`, `plan_where`): each route planned with its own limit and
+key, on the requests the filters keep.
+
 Modules: `limits` (reading "100/min"), `servertime` (`choose_server_time`), `measures`
 (keys alive at once), `planning` (`plan_trace`, `plan_log`), `results` (the dataclasses
 and `SCHEMA`), `report` (`LogPlan.table`).
@@ -78,7 +82,8 @@ object are listed in `SCHEMA`, one place:
 - `log`: `path`, `example` (true for the lab's example log), `format`,
   `identity_field`, `cost` (how a request's cost was read: "1 per request", a field's
   name, or a function's), `requests`, `identities`, `start_utc`, `end_utc` (ISO 8601),
-  `duration_s`, `problems`.
+  `duration_s`, `problems`, `where` (null, or when the requests were chosen by
+  `routes`' filters or a route: `conditions`, `requests_read` and `kept`).
 - `problems` (the reader's bad lines): `lines`, `parsed`, `skipped`, `late` (lines
   logged more than the reader's reorder window after later ones, decided late),
   `counts` (reason -> lines), `examples` and `late_examples` (lists of `line`,

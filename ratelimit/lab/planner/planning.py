@@ -163,6 +163,7 @@ def plan_trace(
         start=start,
         end=end,
         problems=found.get("problems"),
+        where=found.get("where"),
     )
     if server_time is None:
         names = list(dict.fromkeys(c.algorithm for c in candidates))

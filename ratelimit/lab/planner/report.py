@@ -97,6 +97,12 @@ def _render(plan: LogPlan, *, problems: bool) -> str:
         f"  {log.requests:,} requests from {log.identities:,} identities, "
         f"{_utc(log.start)} to {_utc(log.end)} ({_duration(log.duration_s)})",
     ]
+    if log.where is not None:  # the requests were chosen (`planner.routes`)
+        w = log.where
+        out.append(
+            f"  chosen by {' and '.join(w['conditions'])}: kept {w['kept']:,} of "
+            f"{w['requests_read']:,} requests read ({_pct(w['kept'], w['requests_read'])})"
+        )
     if problems and log.problems is not None:
         out += ["  " + line for line in log.problems.summary().splitlines()]
     out += ["", "Who is hurt"]

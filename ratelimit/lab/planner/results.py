@@ -19,7 +19,7 @@ SCHEMA: Mapping[str, tuple[str, ...]] = {
     "plan": ("schema", "log", "server_time", "shard", "memory_table", "candidates"),
     "log": (
         "path", "example", "format", "identity_field", "cost", "requests", "identities",
-        "start_utc", "end_utc", "duration_s", "problems",
+        "start_utc", "end_utc", "duration_s", "problems", "where",
     ),
     "problems": (
         "lines", "parsed", "skipped", "late", "counts", "examples", "late_examples", "summary",
@@ -135,6 +135,8 @@ class LogSummary:
     start: float | None  # Unix seconds of the first and last request
     end: float | None
     problems: Any = None  # accesslog.Problems, or None for a trace in memory
+    # The filters that chose the requests (`routes`): conditions, requests_read, kept.
+    where: Mapping[str, Any] | None = None
 
     @property
     def duration_s(self) -> float:
