@@ -75,6 +75,17 @@ def _top(text: str) -> int:
     return int(text)
 
 
+def _affect(text: str) -> float | None:
+    from .planner import recommend
+
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return recommend.parse_affect(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _paragraphs(*texts: str) -> str:
     return "\n\n".join(textwrap.fill(text, 79) for text in texts)
 
@@ -99,6 +110,7 @@ def _plan(args: argparse.Namespace) -> int:
         "top": args.top,
         "progress": False if args.no_progress else None,
         "bench_record": args.bench_record,
+        "affect": args.affect,
     }
     algos = args.algorithm or list(planner.DEFAULT_ALGORITHMS)
     if args.log is None or args.example:
@@ -282,6 +294,16 @@ def parser() -> argparse.ArgumentParser:
     )
     plan.add_argument(
         "--no-progress", action="store_true", help="no progress bar while reading a long log"
+    )
+    # What to answer beyond the candidates: the recommendation, when and who.
+    plan.add_argument(
+        "--affect",
+        type=_affect,
+        default=0.01,
+        metavar="SHARE",
+        help="recommend, per window and algorithm, the smallest limit that rejects at most "
+        "this share of clients, e.g. 1%%, 0.5%%, 0.02, or none (default: 1%%); it keeps "
+        "every request in memory (20 bytes each) to replay limits on",
     )
     plan.set_defaults(run=_plan, parser=plan)
 

@@ -94,6 +94,27 @@ def test_plan_prints_the_table_reports_bad_lines_and_writes_json(small_log, tmp_
     assert document["server_time"]["kind"] == "bench"
 
 
+def test_plan_recommends_the_limit_the_library_recommends(small_log, tmp_path):
+    # Three clients: at 34% one client may be affected, at "none" nothing is recommended.
+    result = run(
+        "plan", str(small_log), "--limit", "10/s", "--affect", "34%", "--json", "out.json",
+        "--no-measure", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "out.json").read_text())
+    library = planner.plan_log(small_log, ["10/s"], measure=False, affect=0.34)
+    assert document == json.loads(json.dumps(library.to_dict()))
+    assert document["affect"] == 0.34 and len(document["recommended"]) == 4
+    for r in library.recommended:
+        assert r.identities_affected <= 1
+        assert any(r.label in line and r.limit_text in line for line in result.stdout.splitlines())
+    result = run("plan", str(small_log), "--affect", "none", "--json", "none.json",
+                 "--no-measure", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "none.json").read_text())["recommended"] == []
+    assert "Recommended" not in result.stdout
+
+
 @pytest.mark.parametrize("bad", ["10/fortnight", "0/s", "-5/min", "abc", "10/0s"])
 def test_a_limit_that_does_not_parse_exits_2_naming_the_option(small_log, tmp_path, bad):
     result = run("plan", str(small_log), f"--limit={bad}", "--no-measure", cwd=tmp_path)
@@ -104,7 +125,7 @@ def test_a_limit_that_does_not_parse_exits_2_naming_the_option(small_log, tmp_pa
 @pytest.mark.parametrize(
     ("option", "value", "word"),
     [("--shard-memory", "lots", "14GiB"), ("--headroom", "1", "headroom"), ("--top", "-3", "top"),
-     ("--algorithm", "leaky", "gcra")],
+     ("--algorithm", "leaky", "gcra"), ("--affect", "150%", "share of clients")],
 )  # fmt: skip
 def test_other_bad_options_exit_2_with_a_message(small_log, tmp_path, option, value, word):
     result = run("plan", str(small_log), f"{option}={value}", "--no-measure", cwd=tmp_path)

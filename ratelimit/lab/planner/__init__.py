@@ -61,20 +61,43 @@ The Redis plan of a candidate:
   `shard_memory_bytes` of data memory, `headroom` kept free, 64 bytes of per-key
   overhead): enough shards for the memory and for the checks, whichever needs more.
 
+Which limit to pick (`recommend`): for each window and algorithm planned,
+
+- per-client peaks: each identity's most requested cost (every request, admitted or
+  not) in one rolling window (t - W, t]; their `p50`, `p90`, `p99`, `p99_9` (observed
+  values: the smallest peak with at least that share of clients at or below it) and
+  `max`;
+- the recommended limit: the smallest limit per W that affects (rejects or refuses at
+  least once) at most the share `affect` of the clients (default 1%, i.e. at most
+  floor(share x identities) clients), with the requests it rejects and refuses. For
+  the sliding log on a trace in time order it follows from the peaks: a client is
+  first rejected exactly when its demand in one window exceeds the limit (until then
+  the log held its demand), so the answer is the (k+1)-th largest peak, k the clients
+  allowed. For every algorithm the answer is found by replaying the kept requests
+  with the compiled replayers, bisecting on the limit (clients affected fall as the
+  limit grows: tested against a sweep of every limit), starting from the sliding
+  log's answer; the limit found qualifies and the one below it does not, both
+  replayed. `plots.peaks_figure` draws the peaks with the recommended limits marked.
+
 Memory: besides the reader's chunk, one small record per identity (its code, counts,
 last request) per candidate, plus each replayer's state and the admitted stamps of
 each identity's last window (and the `windowpeaks.WindowPeaks` reorder margin): it
 grows with the identities and with what one window holds, never with the log's length.
+The exception is the recommendation (on unless `affect=None`): it keeps every
+request's identity code, time and cost (20 bytes a request) to replay limits on.
 
 Modules: `limits` (reading "100/min"), `servertime` (`choose_server_time`), `measures`
-(keys alive at once), `planning` (`plan_trace`, `plan_log`), `results` (the dataclasses
-and `SCHEMA`), `report` (`LogPlan.table`).
+(keys alive at once), `planning` (`plan_trace`, `plan_log`), `recommend` (the
+recommendation), `results` (the dataclasses and `SCHEMA`), `report` (`LogPlan.table`),
+`plots` (the figures, matplotlib).
 
 JSON document (`LogPlan.to_dict()`, `plan --json OUT`); the field names of each
 object are listed in `SCHEMA`, one place:
 
 - top level: `schema` (this layout's version, 1), `log`, `server_time`, `shard`,
-  `memory_table` (path of the bytes-per-key table), `candidates` (a list).
+  `memory_table` (path of the bytes-per-key table), `candidates` (a list), `affect`
+  (the share of clients a recommended limit may affect; null: none asked),
+  `recommended` (a list, one per algorithm and window planned).
 - `log`: `path`, `example` (true for the lab's example log), `format`,
   `identity_field`, `cost` (how a request's cost was read: "1 per request", a field's
   name, or a function's), `requests`, `identities`, `start_utc`, `end_utc` (ISO 8601),
@@ -97,6 +120,12 @@ object are listed in `SCHEMA`, one place:
   `peak_checks_per_s`, `mean_checks_per_s`, `us_per_check`, `redis_cpu_cores`,
   `commands_per_s`, `shard_checks_per_s`, `shards_for_memory`, `shards_for_checks`,
   `shards`, `keys_per_shard` (the check-bound ones null without a server time).
+- a `recommended` entry: `algorithm`, `label`, `window_s`, `window_ms`, `limit` (per
+  window), `limit_text` ("45/s"), `affect`, `requests`, `rejected`, `rejected_share`,
+  `refused`, `refused_share` (of all requests, under that limit), `identities`,
+  `identities_affected` (rejected or refused at least once),
+  `identities_affected_share`, `peaks` (`p50` .. `max` above), `replays` (limits
+  replayed to find it).
 """
 
 from .limits import format_limit, parse_limit

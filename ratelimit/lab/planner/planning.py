@@ -20,6 +20,7 @@ from .. import capacity
 from ..timebase import seconds_to_ms
 from .limits import _candidate_limit
 from .measures import _grown, _LiveKeys
+from .recommend import KeptTrace, Recommendation, recommend
 from .results import Affected, CandidatePlan, LogPlan, LogSummary, RedisPlan
 from .servertime import (
     DEFAULT_ALGORITHMS,
@@ -103,15 +104,22 @@ def plan_trace(
     bench_record: str | Path | None = None,
     server_time: ServerTimeChoice | None = None,
     describe: Callable[[], Mapping[str, Any]] | None = None,
+    affect: float | None = 0.01,
 ) -> LogPlan:
     """`plan_log` on trace tables (`time`, `identity`, `cost`): one, or an iterable of
     chunks, each sorted by time, read once. `server_time` replaces the choice
     `choose_server_time` would make; `describe()`, called once the chunks are read,
     gives what the trace cannot tell (`path`, `example`, `format`, `identity_field`,
-    `problems`)."""
+    `problems`). `affect`: the share of clients the recommended limits may affect
+    (None: no recommendation, and no requests kept)."""
     from .. import fastreplay, windowpeaks
 
     candidates = _candidates(limits, algorithms)
+    if affect is not None and not 0 <= affect < 1:
+        raise ValueError(f"affect must be a share of clients from 0 to below 1, got {affect!r}")
+    kept = KeptTrace() if affect is not None else None
+    # Per window, each identity's most requested cost in one rolling window (demand).
+    demand = {c.window_ms: windowpeaks.WindowPeaks(c.window_ms) for c in candidates}
     top = validation.count("top", top, minimum=0)
     shard = dataclasses.replace(
         DEFAULT_SHARD,
@@ -148,6 +156,10 @@ def plan_trace(
             peaks.add(one_code, times, every if fits[limit] is None else fits[limit])
         for cand in candidates:
             cand.add(codes, times, costs, fits[cand.limit], len(codes_of))
+        for peaks in demand.values():
+            peaks.add(codes, times, costs)
+        if kept is not None:
+            kept.add(codes, times, costs)
     if total == 0:
         raise _NoRequests("there are no requests to plan on")
 
@@ -185,7 +197,17 @@ def plan_trace(
         )  # fmt: skip
         for cand in candidates
     )
-    return LogPlan(log, server_time, shard, table_name, planned, top)
+    client_peaks = {w: _peaks(peaks, len(codes_of)) for w, peaks in demand.items()}
+    recommended: tuple[Recommendation, ...] = ()
+    if kept is not None and affect is not None:
+        pairs = dict.fromkeys((c.algorithm, c.window_ms) for c in candidates)
+        recommended = tuple(
+            recommend(kept, name, window_ms, client_peaks[window_ms], affect)
+            for name, window_ms in pairs
+        )
+    return LogPlan(
+        log, server_time, shard, table_name, planned, top, affect, recommended, client_peaks
+    )
 
 
 def _candidates(limits: Sequence[Any], algorithms: Sequence[str]) -> list[_Candidate]:
@@ -414,6 +436,7 @@ def plan_log(
     memory_table: str | Path | pd.DataFrame | None = None,
     bench_record: str | Path | None = None,
     example: bool = False,
+    affect: float | None = 0.01,
 ) -> LogPlan:
     """Plan each candidate of `limits` ("100/min", ...) x `algorithms` on the access log
     at `path`, read once in chunks of `chunk_lines` (see the module docstring for every
@@ -422,7 +445,8 @@ def plan_log(
     `measure` is False (see `choose_server_time`), and sizes shards of
     `shard_memory_bytes` keeping `headroom` free. `top`: how many of the busiest
     identities affected each candidate lists. `example` marks the lab's
-    example log in the report. LogFormatError (a ValueError) for a file that is not a
+    example log in the report. `affect`: the share of clients a recommended limit may
+    affect (None: no recommendation). LogFormatError (a ValueError) for a file that is not a
     log or holds no request; ValueError for bad options."""
     from .. import accesslog
 
@@ -454,7 +478,7 @@ def plan_log(
         return plan_trace(
             reader, limits, algorithms, redis_url=redis_url, measure=measure, headroom=headroom,
             shard_memory_bytes=shard_memory_bytes, top=top, memory_table=memory_table,
-            bench_record=bench_record, describe=describe,
+            bench_record=bench_record, describe=describe, affect=affect,
         )  # fmt: skip
     except _NoRequests:
         summary = reader.problems.summary()

@@ -47,6 +47,12 @@ def _duration(seconds: float) -> str:
     return " ".join(parts[:2]) or "0 s"
 
 
+def _window(window_ms: int) -> str:
+    if window_ms < 1000 or window_ms % 1000:
+        return f"{window_ms} ms"
+    return _duration(window_ms / 1000)
+
+
 def _or_dash(value: Any) -> str:
     return "-" if value is None else str(value)
 
@@ -89,6 +95,32 @@ def _busiest(plan: LogPlan) -> list[str]:
     return out
 
 
+def _recommended(plan: LogPlan) -> list[str]:
+    """Per window and algorithm, the spread of per-client peaks and the smallest limit
+    that affects at most the given share of clients."""
+    if not plan.recommended or plan.affect is None:
+        return []
+    from .recommend import PERCENTILES, percentile_key
+
+    out = [
+        "",
+        f"Recommended: the smallest limit per window that rejects (or refuses) at most "
+        f"{plan.affect:.2%} of clients; per-client peaks: each client's most requested cost "
+        "in one rolling window",
+    ]
+    names = [percentile_key(q) for q in PERCENTILES] + ["max"]
+    rows = [["window", "algorithm", *(n.replace("_", ".") for n in names), "limit",
+             "clients affected", "share", "requests rejected"]]  # fmt: skip
+    for r in plan.recommended:
+        rows.append([
+            _window(r.window_ms), r.label,
+            *(f"{r.percentiles[n]:,}" for n in names), r.limit_text,
+            f"{r.identities_affected:,} of {r.identities:,}",
+            _pct(r.identities_affected, r.identities), _pct(r.rejected + r.refused, r.requests),
+        ])  # fmt: skip
+    return out + ["  " + line for line in _columns(rows, right=range(2, len(rows[0])))]
+
+
 def _render(plan: LogPlan, *, problems: bool) -> str:
     log = plan.log
     where = "the lab's example log (synthetic traffic)" if log.example else log.path
@@ -118,6 +150,7 @@ def _render(plan: LogPlan, *, problems: bool) -> str:
             f"{c.identities_refused:,} identities cost more than the limit: the library refuses "
             "them (ValueError), they are neither admitted nor rejected"
         )
+    out += _recommended(plan)
     out += _busiest(plan)
     out += ["", "Redis plan"]
     choice = plan.server_time

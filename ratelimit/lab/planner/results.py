@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,11 +13,15 @@ import numpy as np
 from ratelimit import algorithms as registry
 
 from .. import capacity
+from .recommend import Recommendation
 from .report import _render, _utc
 from .servertime import ServerTimeChoice
 
 SCHEMA: Mapping[str, tuple[str, ...]] = {
-    "plan": ("schema", "log", "server_time", "shard", "memory_table", "candidates"),
+    "plan": (
+        "schema", "log", "server_time", "shard", "memory_table", "candidates", "affect",
+        "recommended",
+    ),
     "log": (
         "path", "example", "format", "identity_field", "cost", "requests", "identities",
         "start_utc", "end_utc", "duration_s", "problems",
@@ -40,6 +45,12 @@ SCHEMA: Mapping[str, tuple[str, ...]] = {
         "shard_checks_per_s", "shards_for_memory", "shards_for_checks", "shards",
         "keys_per_shard",
     ),
+    "recommended": (
+        "algorithm", "label", "window_s", "limit", "limit_text", "window_ms", "affect",
+        "requests", "rejected", "rejected_share", "refused", "refused_share", "identities",
+        "identities_affected", "identities_affected_share", "peaks", "replays",
+    ),
+    "peaks": ("p50", "p90", "p99", "p99_9", "max"),
 }  # fmt: skip
 """The JSON document's field names, per object (see the module docstring)."""
 SCHEMA_VERSION = 1
@@ -197,6 +208,11 @@ class LogPlan:
     memory_table: str
     candidates: tuple[CandidatePlan, ...]
     top: int = 10  # how many of the busiest affected identities each candidate lists
+    affect: float | None = None  # the share of clients a recommended limit may affect
+    recommended: tuple[Recommendation, ...] = ()  # per algorithm and window planned
+    # Per window (ms), each identity's most requested cost in one rolling window, by
+    # identity code: what the recommendations and `plots.peaks_figure` read.
+    client_peaks: Mapping[int, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """One JSON-able document (plain Python values); field names in `SCHEMA` and
@@ -214,6 +230,8 @@ class LogPlan:
             },
             "memory_table": self.memory_table,
             "candidates": [c.to_dict() for c in self.candidates],
+            "affect": self.affect,
+            "recommended": [r.to_dict() for r in self.recommended],
         }
         return _plain({name: values[name] for name in SCHEMA["plan"]})
 
