@@ -86,6 +86,12 @@ def _affect(text: str) -> float | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _export_tables() -> tuple[str, ...]:
+    from .planner.export import CSV_TABLES
+
+    return CSV_TABLES
+
+
 def _paragraphs(*texts: str) -> str:
     return "\n\n".join(textwrap.fill(text, 79) for text in texts)
 
@@ -97,6 +103,10 @@ def _say(message: str) -> None:
 def _plan(args: argparse.Namespace) -> int:
     if args.log is not None and args.example:
         args.parser.error("give LOG or --example, not both")
+    if args.plot is not None:
+        from .planner.export import check_figure_path
+
+        check_figure_path(args.plot)  # before the log is read
     limits = args.limit or [DEFAULT_LIMIT]
     options = {
         "format": args.format,
@@ -139,7 +149,26 @@ def _plan(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise _Failed(f"cannot write {args.json}: {exc.strerror or exc}") from None
         _say(f"Wrote the plan to {args.json}")
+    _export(plan, args)
     return 0
+
+
+def _export(plan: planner.LogPlan, args: argparse.Namespace) -> None:
+    """--csv DIR and --plot FILE."""
+    from .planner import export
+
+    if args.csv is not None:
+        try:
+            written = export.write_csv(plan, args.csv)
+        except OSError as exc:
+            raise _Failed(f"cannot write the tables to {args.csv}: {exc.strerror or exc}") from None
+        _say(f"Wrote {len(written)} tables to {args.csv} ({', '.join(p.name for p in written)})")
+    if args.plot is not None:
+        try:
+            export.write_figure(plan, args.plot)
+        except OSError as exc:
+            raise _Failed(f"cannot write {args.plot}: {exc.strerror or exc}") from None
+        _say(f"Wrote the figures to {args.plot}")
 
 
 def _planned(log, limits, algos, options, *, example: bool) -> planner.LogPlan:
@@ -304,6 +333,20 @@ def parser() -> argparse.ArgumentParser:
         help="recommend, per window and algorithm, the smallest limit that rejects at most "
         "this share of clients, e.g. 1%%, 0.5%%, 0.02, or none (default: 1%%); it keeps "
         "every request in memory (20 bytes each) to replay limits on",
+    )
+    plan.add_argument(
+        "--csv",
+        metavar="DIR",
+        help="also write each table as DIR/NAME.csv: "
+        + ", ".join(_export_tables())
+        + " (DIR is made if need be)",
+    )
+    plan.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also write the figures, in one image: per window the spread of per-client "
+        "peaks with the recommended limits, rejections by hour of day, the longest "
+        "throttled stretches; the format follows FILE's suffix (.png, .svg, .pdf)",
     )
     plan.set_defaults(run=_plan, parser=plan)
 

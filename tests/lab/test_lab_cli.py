@@ -115,6 +115,28 @@ def test_plan_recommends_the_limit_the_library_recommends(small_log, tmp_path):
     assert "Recommended" not in result.stdout
 
 
+def test_plan_writes_the_tables_as_csv_and_the_figures(small_log, tmp_path):
+    result = run(
+        "plan", str(small_log), "--limit", "10/s", "--csv", "tables", "--plot", "plan.png",
+        "--json", "out.json", "--no-measure", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    from ratelimit.lab.planner import export
+
+    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == sorted(
+        f"{name}.csv" for name in export.CSV_TABLES
+    )
+    document = json.loads((tmp_path / "out.json").read_text())
+    rows = (tmp_path / "tables" / "candidates.csv").read_text().splitlines()
+    assert len(rows) == 1 + len(document["candidates"])
+    assert (tmp_path / "plan.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Wrote the figures to plan.png" in result.stderr
+    # A figure format matplotlib cannot write is refused before the log is read.
+    result = run("plan", str(small_log), "--plot", "plan.nope", "--no-measure", cwd=tmp_path)
+    assert_clean_failure(result, 2, "plan.nope", ".png")
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize("bad", ["10/fortnight", "0/s", "-5/min", "abc", "10/0s"])
 def test_a_limit_that_does_not_parse_exits_2_naming_the_option(small_log, tmp_path, bad):
     result = run("plan", str(small_log), f"--limit={bad}", "--no-measure", cwd=tmp_path)

@@ -30,6 +30,26 @@ What a candidate reports, and how it is counted:
   At most the limit for the sliding log; more for the others (a fixed window lets
   twice it through across a boundary).
 
+When and who (`timeline`), per candidate:
+
+- `rejected_by_hour`: rejected requests per hour of day, UTC (24 counts, 00:00 first).
+- `longest_throttled`: the `top` identities with the longest throttled stretch. A
+  stretch is a run of an identity's rejected requests with no admitted one between:
+  from its first rejected request to the identity's next admitted request, or to one
+  window after the run's last rejected request if that comes first (a client that
+  stops asking stops counting; so does a run the log ends during). Each entry:
+  `identity`, `longest_throttled_s`, `throttled_from_utc`, `throttled_until_utc`,
+  `rejected` (all the identity's rejected requests).
+- `offenders`: the `top` identities rejected most (ties: more requests, then by
+  name): `identity`, `agent` (its most frequent user agent, from the trace's `agent`
+  column; null without one), `requests`, `rejected`, `longest_throttled_s`.
+
+`plan --csv DIR` writes the tables as CSV (`export.write_csv`: candidates.csv,
+recommended.csv, rejected_by_hour.csv, longest_throttled.csv, offenders.csv,
+busiest_affected.csv) and `plan --plot FILE` the figures in one image
+(`export.write_figure`, `plots.plan_figure`: the peaks per window, rejections by
+hour, the longest stretches), its format from FILE's suffix.
+
 The Redis plan of a candidate:
 
 - `keys`: the most identities whose keys are alive at one instant. A key lives one
@@ -88,8 +108,9 @@ request's identity code, time and cost (20 bytes a request) to replay limits on.
 
 Modules: `limits` (reading "100/min"), `servertime` (`choose_server_time`), `measures`
 (keys alive at once), `planning` (`plan_trace`, `plan_log`), `recommend` (the
-recommendation), `results` (the dataclasses and `SCHEMA`), `report` (`LogPlan.table`),
-`plots` (the figures, matplotlib).
+recommendation), `timeline` (when and who), `results` (the dataclasses and
+`SCHEMA`), `report` (`LogPlan.table`), `plots` (the figures, matplotlib), `export`
+(CSV and image files).
 
 JSON document (`LogPlan.to_dict()`, `plan --json OUT`); the field names of each
 object are listed in `SCHEMA`, one place:
@@ -115,7 +136,8 @@ object are listed in `SCHEMA`, one place:
   `identities_rejected`, `identities_rejected_share`, `identities_refused`,
   `peak_admitted`, `peak_admitted_ratio` (over the limit), `peak_identity`,
   `busiest_affected` (a list of `identity`, `requests`, `rejected`, `refused`,
-  `peak_admitted`), `redis` (null when no request reaches Redis).
+  `peak_admitted`), `redis` (null when no request reaches Redis), `rejected_by_hour`,
+  `longest_throttled`, `offenders` (above).
 - `redis`: `keys`, `key_lifetime_s`, `bytes_per_key`, `memory_bytes`,
   `peak_checks_per_s`, `mean_checks_per_s`, `us_per_check`, `redis_cpu_cores`,
   `commands_per_s`, `shard_checks_per_s`, `shards_for_memory`, `shards_for_checks`,

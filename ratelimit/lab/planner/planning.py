@@ -21,7 +21,7 @@ from ..timebase import seconds_to_ms
 from .limits import _candidate_limit
 from .measures import _grown, _LiveKeys
 from .recommend import KeptTrace, Recommendation, recommend
-from .results import Affected, CandidatePlan, LogPlan, LogSummary, RedisPlan
+from .results import Affected, CandidatePlan, LogPlan, LogSummary, Offender, RedisPlan, Throttled
 from .servertime import (
     DEFAULT_ALGORITHMS,
     ServerTimeChoice,
@@ -29,6 +29,7 @@ from .servertime import (
     choose_server_time,
     default_memory_table,
 )
+from .timeline import Agents, Stretches, hours_of
 
 DEFAULT_SHARD = capacity.DEFAULT_SHARD
 """Chapter 6's shard: 14 GiB of data, half kept free, 64 bytes of per-key overhead."""
@@ -52,6 +53,11 @@ class _Candidate:
     peaks: Any  # windowpeaks.WindowPeaks over admitted cost
     rejected: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     refused: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    hours: np.ndarray = field(default_factory=lambda: np.zeros(24, dtype=np.int64))
+    stretches: Stretches | None = None  # made with the window in __post_init__
+
+    def __post_init__(self) -> None:
+        self.stretches = Stretches(self.window_ms)
 
     def add(
         self,
@@ -73,6 +79,8 @@ class _Candidate:
         allowed = self.replayer.decide(codes, times, costs)[0]
         _count_into(self.rejected, codes[~allowed])
         self.peaks.add(codes[allowed], times[allowed], costs[allowed])
+        self.hours += np.bincount(hours_of(times[~allowed]), minlength=24)
+        self.stretches.add(codes, times, allowed)  # type: ignore[union-attr]
 
 
 def _count_into(values: np.ndarray, codes: np.ndarray) -> np.ndarray:
@@ -132,6 +140,7 @@ def plan_trace(
     checks = {limit: windowpeaks.WindowPeaks(_CHECK_WINDOW_MS) for limit in fits_of}
 
     codes_of = fastreplay.Codes()
+    agents = Agents()
     requests = np.zeros(0, dtype=np.int64)
     total, start, end = 0, math.inf, -math.inf
     horizon = None  # the latest ms seen so far
@@ -158,6 +167,7 @@ def plan_trace(
             cand.add(codes, times, costs, fits[cand.limit], len(codes_of))
         for peaks in demand.values():
             peaks.add(codes, times, costs)
+        agents.add(codes, chunk)
         if kept is not None:
             kept.add(codes, times, costs)
     if total == 0:
@@ -182,6 +192,7 @@ def plan_trace(
             names, redis_url=redis_url, measure=measure, bench_record=bench_record
         )
     requests = requests[: len(codes_of)]
+    agent_of = agents.most_frequent() if agents.seen else None
     planned = tuple(
         _finish(
             cand,
@@ -194,6 +205,7 @@ def plan_trace(
             server_time,
             shard,
             top,
+            agent_of,
         )  # fmt: skip
         for cand in candidates
     )
@@ -308,6 +320,7 @@ def _finish(
     server_time: ServerTimeChoice,
     shard: capacity.Shard,
     top: int,
+    agent_of: Mapping[int, str] | None,
 ) -> CandidatePlan:
     n = len(requests)
     rejected = cand.rejected[:n]
@@ -349,7 +362,41 @@ def _finish(
         peak_identity=str(codes_of.identity(peak_at)) if peaks[peak_at] > 0 else None,
         busiest_affected=busiest,
         redis=redis_plan,
+        rejected_by_hour=tuple(int(h) for h in cand.hours),
+        **_when_and_who(cand, codes_of, requests, rejected, top, agent_of),
     )
+
+
+def _when_and_who(
+    cand: _Candidate,
+    codes_of: Any,
+    requests: np.ndarray,
+    rejected: np.ndarray,
+    top: int,
+    agent_of: Mapping[int, str] | None,
+) -> dict[str, Any]:
+    """A candidate's longest throttled stretches and the identities it rejected most
+    (ties: more requests first, then by name), each list `top` long."""
+    longest, since, until = cand.stretches.longest(len(requests))  # type: ignore[union-attr]
+    names = np.array([str(codes_of.identity(i)) for i in range(len(requests))], dtype=object)
+    throttled = np.flatnonzero(since >= 0)
+    ranked = throttled[np.lexsort((names[throttled], -longest[throttled]))][:top]
+    stretches = tuple(
+        Throttled(
+            names[i], longest[i] / 1000, since[i] / 1000, until[i] / 1000, int(rejected[i]),
+        )  # fmt: skip
+        for i in ranked
+    )
+    hit = np.flatnonzero(rejected > 0)
+    ranked = hit[np.lexsort((names[hit], -requests[hit], -rejected[hit]))][:top]
+    offenders = tuple(
+        Offender(
+            names[i], None if agent_of is None else agent_of.get(int(i)), int(requests[i]),
+            int(rejected[i]), longest[i] / 1000,
+        )  # fmt: skip
+        for i in ranked
+    )
+    return {"longest_throttled": stretches, "offenders": offenders}
 
 
 def _redis_plan(

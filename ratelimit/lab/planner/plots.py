@@ -29,10 +29,10 @@ def draw_peaks(ax: Axes, plan: LogPlan, window_ms: int) -> None:
     if len(peaks):
         share = np.arange(1, len(peaks) + 1) / len(peaks)
         ax.step(peaks, share, where="post", color="0.2", label="clients")
-    for r in plan.recommended:
-        if r.window_ms == window_ms:
-            ax.axvline(r.limit, linestyle="--", linewidth=1.2,
-                       label=f"{r.label}: {r.limit_text}")  # fmt: skip
+    marked = [r for r in plan.recommended if r.window_ms == window_ms]
+    for j, r in enumerate(marked):
+        ax.axvline(r.limit, linestyle="--", linewidth=1.2, color=f"C{j}",
+                   label=f"{r.label}: {r.limit_text}")  # fmt: skip
     if plan.affect is not None:
         ax.axhline(1 - plan.affect, color="0.6", linewidth=0.8)
     if len(peaks) and peaks.max() >= 100 * max(peaks.min(), 1):
@@ -52,4 +52,52 @@ def peaks_figure(plan: LogPlan) -> Figure:
     fig = Figure(figsize=(7, 3.2 * max(len(windows), 1)), layout="constrained")
     for i, window_ms in enumerate(windows):
         draw_peaks(fig.add_subplot(len(windows), 1, i + 1), plan, window_ms)
+    return fig
+
+
+def draw_hours(ax: Axes, plan: LogPlan) -> None:
+    """On `ax`: rejected requests per UTC hour of day, one line per candidate."""
+    hours = np.arange(24)
+    for c in plan.candidates:
+        ax.plot(hours, c.rejected_by_hour, marker="o", markersize=3,
+                label=f"{c.limit_text} {c.label}")  # fmt: skip
+    ax.set_xticks(range(0, 24, 3))
+    ax.set_xlim(-0.5, 23.5)
+    ax.set_xlabel("hour of day (UTC)")
+    ax.set_ylabel("requests rejected")
+    ax.set_title("When requests are rejected")
+    ax.legend(fontsize="small")
+
+
+def draw_throttled(ax: Axes, plan: LogPlan) -> None:
+    """On `ax`: each candidate's longest throttled stretches (its `top` listed), longest
+    first, in seconds."""
+    for c in plan.candidates:
+        seconds = [t.seconds for t in c.longest_throttled]
+        if seconds:
+            ax.plot(range(1, len(seconds) + 1), seconds, marker="o", markersize=3,
+                    label=f"{c.limit_text} {c.label}")  # fmt: skip
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("client, by rank")
+    ax.set_ylabel("longest throttled stretch (s)")
+    ax.set_title("Longest throttled stretches (first rejected to next admitted request)")
+    if ax.get_lines():
+        ax.legend(fontsize="small")
+
+
+def plan_figure(plan: LogPlan) -> Figure:
+    """Every figure of a plan in one: per window planned, the per-client peaks with the
+    recommended limits (`draw_peaks`), then rejections by hour (`draw_hours`) and the
+    longest throttled stretches (`draw_throttled`)."""
+    from matplotlib.figure import Figure
+
+    windows = sorted(plan.client_peaks) if plan.recommended else []
+    rows = len(windows) + 2
+    fig = Figure(figsize=(8, 3.4 * rows), layout="constrained")
+    for i, window_ms in enumerate(windows):
+        draw_peaks(fig.add_subplot(rows, 1, i + 1), plan, window_ms)
+    draw_hours(fig.add_subplot(rows, 1, rows - 1), plan)
+    draw_throttled(fig.add_subplot(rows, 1, rows), plan)
     return fig

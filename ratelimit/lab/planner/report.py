@@ -121,6 +121,68 @@ def _recommended(plan: LogPlan) -> list[str]:
     return out + ["  " + line for line in _columns(rows, right=range(2, len(rows[0])))]
 
 
+def _short(c: CandidatePlan) -> str:
+    return f"{c.limit_text} {c.algorithm}"
+
+
+def _when(plan: LogPlan) -> list[str]:
+    """Rejected requests per UTC hour of day, one column per candidate."""
+    hurt = [c for c in plan.candidates if c.rejected]
+    if not hurt:
+        return []
+    rows = [["hour (UTC)", *(_short(c) for c in hurt)]]
+    for hour in range(24):
+        if any(c.rejected_by_hour[hour] for c in hurt):
+            rows.append([f"{hour:02d}:00", *(f"{c.rejected_by_hour[hour]:,}" for c in hurt)])
+    out = ["", "When requests are rejected, by hour of day (UTC; hours with none left out)"]
+    return out + ["  " + line for line in _columns(rows, right=range(1, len(rows[0])))]
+
+
+def _throttled(plan: LogPlan) -> list[str]:
+    """Per candidate, the longest throttled stretch and whose."""
+    hurt = [c for c in plan.candidates if c.longest_throttled]
+    if not hurt:
+        return []
+    rows = [["limit", "algorithm", "longest", "identity", "from", "until"]]
+    for c in hurt:
+        t = c.longest_throttled[0]
+        rows.append([
+            c.limit_text, c.label, _span(t.seconds), t.identity, _utc(t.since) or "-",
+            _utc(t.until) or "-",
+        ])  # fmt: skip
+    out = [
+        "",
+        "Longest throttled stretch: from a client's first rejected request to its next "
+        "admitted one, or one window after its last rejected one if that comes first",
+    ]
+    return out + ["  " + line for line in _columns(rows, right=(2,))]
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds < 60 else _duration(seconds)
+
+
+def _offenders(plan: LogPlan) -> list[str]:
+    """Per candidate, the identities it rejects most, with their user agent."""
+    out: list[str] = []
+    for c in plan.candidates:
+        if not c.offenders:
+            continue
+        agents = any(o.agent is not None for o in c.offenders)
+        rows = [["identity", "requests", "rejected", "longest throttled"]
+                + ["user agent"] * agents]  # fmt: skip
+        for o in c.offenders:
+            row = [o.identity, f"{o.requests:,}", f"{o.rejected:,}", _span(o.longest_throttled_s)]
+            rows.append(row + [_clip(o.agent or "-")] * agents)
+        out += ["", f"Rejected most by {c.limit_text} ({c.label})"]
+        out += ["  " + line for line in _columns(rows, right=(1, 2, 3))]
+    return out
+
+
+def _clip(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _render(plan: LogPlan, *, problems: bool) -> str:
     log = plan.log
     where = "the lab's example log (synthetic traffic)" if log.example else log.path
@@ -152,6 +214,9 @@ def _render(plan: LogPlan, *, problems: bool) -> str:
         )
     out += _recommended(plan)
     out += _busiest(plan)
+    out += _when(plan)
+    out += _throttled(plan)
+    out += _offenders(plan)
     out += ["", "Redis plan"]
     choice = plan.server_time
     if choice.server_time is not None:

@@ -37,7 +37,13 @@ SCHEMA: Mapping[str, tuple[str, ...]] = {
         "rejected_share", "refused", "refused_share", "identities", "identities_rejected",
         "identities_rejected_share", "identities_refused", "peak_admitted",
         "peak_admitted_ratio", "peak_identity", "busiest_affected", "redis",
+        "rejected_by_hour", "longest_throttled", "offenders",
     ),
+    "throttled": (
+        "identity", "longest_throttled_s", "throttled_from_utc", "throttled_until_utc",
+        "rejected",
+    ),
+    "offender": ("identity", "agent", "requests", "rejected", "longest_throttled_s"),
     "affected": ("identity", "requests", "rejected", "refused", "peak_admitted"),
     "redis": (
         "keys", "key_lifetime_s", "bytes_per_key", "memory_bytes", "peak_checks_per_s",
@@ -65,6 +71,38 @@ class Affected:
     rejected: int
     refused: int  # requests costing more than the limit
     peak_admitted: int
+
+
+@dataclass(frozen=True)
+class Throttled:
+    """One identity's longest throttled stretch under a candidate (`timeline`): from
+    its first rejected request (`since`, Unix s) to `until`; `rejected`: all the
+    identity's rejected requests."""
+
+    identity: str
+    seconds: float
+    since: float
+    until: float
+    rejected: int
+
+    def to_dict(self) -> dict[str, Any]:
+        values = (self.identity, self.seconds, _utc(self.since), _utc(self.until), self.rejected)
+        return dict(zip(SCHEMA["throttled"], values, strict=True))
+
+
+@dataclass(frozen=True)
+class Offender:
+    """One of the identities a candidate rejected most, with its most frequent user
+    agent (None when the trace has no `agent` column)."""
+
+    identity: str
+    agent: str | None
+    requests: int
+    rejected: int
+    longest_throttled_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in SCHEMA["offender"]}
 
 
 @dataclass(frozen=True)
@@ -108,6 +146,9 @@ class CandidatePlan:
     peak_identity: str | None
     busiest_affected: tuple[Affected, ...]
     redis: RedisPlan | None
+    rejected_by_hour: tuple[int, ...] = (0,) * 24  # rejected requests per UTC hour of day
+    longest_throttled: tuple[Throttled, ...] = ()  # the `top` longest stretches
+    offenders: tuple[Offender, ...] = ()  # the `top` identities rejected most
 
     @property
     def label(self) -> str:
@@ -128,6 +169,9 @@ class CandidatePlan:
                 for a in self.busiest_affected
             ],
             "redis": None if self.redis is None else self.redis.to_dict(),
+            "rejected_by_hour": list(self.rejected_by_hour),
+            "longest_throttled": [t.to_dict() for t in self.longest_throttled],
+            "offenders": [o.to_dict() for o in self.offenders],
         }
         return {name: values.get(name, getattr(self, name, None)) for name in SCHEMA["candidate"]}
 
