@@ -50,6 +50,16 @@ busiest_affected.csv) and `plan --plot FILE` the figures in one image
 (`export.write_figure`, `plots.plan_figure`: the peaks per window, rejections by
 hour, the longest stretches), its format from FILE's suffix.
 
+Timestamp resolution (`resolution`): `resolution_ms` (of `log`) is the coarsest of 1
+min, 1 s, 100 ms, 10 ms and 1 ms that every stamp is a multiple of (1 ms: the plan's
+own; finer stamps are decided at the ms). A candidate whose window is less than 10
+times that (1 s stamps: windows under 10 s) carries `stamps` (null otherwise):
+`resolution_ms`, `rejected` and `identities_rejected` as planned, and
+`rejected_spread`, `identities_rejected_spread` replayed with the requests of each
+stamp spread evenly over the unit that follows it, in their order (the j-th of n at
+stamp + floor((2j + 1) x unit / 2n): deterministic); the two bracket how much the
+coarse stamps can move the result. Shown in the table when any candidate is coarse.
+
 The Redis plan of a candidate:
 
 - `keys`: the most identities whose keys are alive at one instant. A key lives one
@@ -103,14 +113,15 @@ Memory: besides the reader's chunk, one small record per identity (its code, cou
 last request) per candidate, plus each replayer's state and the admitted stamps of
 each identity's last window (and the `windowpeaks.WindowPeaks` reorder margin): it
 grows with the identities and with what one window holds, never with the log's length.
-The exception is the recommendation (on unless `affect=None`): it keeps every
-request's identity code, time and cost (20 bytes a request) to replay limits on.
+The exception is the recommendation (on unless `affect=None`) and the spread replay
+(on unless `spread_coarse=False`): they keep every request's identity code, time and
+cost (20 bytes a request) to replay limits on.
 
 Modules: `limits` (reading "100/min"), `servertime` (`choose_server_time`), `measures`
 (keys alive at once), `planning` (`plan_trace`, `plan_log`), `recommend` (the
-recommendation), `timeline` (when and who), `results` (the dataclasses and
-`SCHEMA`), `report` (`LogPlan.table`), `plots` (the figures, matplotlib), `export`
-(CSV and image files).
+recommendation), `timeline` (when and who), `resolution` (timestamps), `results`
+(the dataclasses and `SCHEMA`), `report` (`LogPlan.table`), `plots` (the figures,
+matplotlib), `export` (CSV and image files).
 
 JSON document (`LogPlan.to_dict()`, `plan --json OUT`); the field names of each
 object are listed in `SCHEMA`, one place:
@@ -122,7 +133,7 @@ object are listed in `SCHEMA`, one place:
 - `log`: `path`, `example` (true for the lab's example log), `format`,
   `identity_field`, `cost` (how a request's cost was read: "1 per request", a field's
   name, or a function's), `requests`, `identities`, `start_utc`, `end_utc` (ISO 8601),
-  `duration_s`, `problems`.
+  `duration_s`, `problems`, `resolution_ms` (below).
 - `problems` (the reader's bad lines): `lines`, `parsed`, `skipped`, `late` (lines
   logged more than the reader's reorder window after later ones, decided late),
   `counts` (reason -> lines), `examples` and `late_examples` (lists of `line`,
@@ -137,7 +148,7 @@ object are listed in `SCHEMA`, one place:
   `peak_admitted`, `peak_admitted_ratio` (over the limit), `peak_identity`,
   `busiest_affected` (a list of `identity`, `requests`, `rejected`, `refused`,
   `peak_admitted`), `redis` (null when no request reaches Redis), `rejected_by_hour`,
-  `longest_throttled`, `offenders` (above).
+  `longest_throttled`, `offenders`, `stamps` (above).
 - `redis`: `keys`, `key_lifetime_s`, `bytes_per_key`, `memory_bytes`,
   `peak_checks_per_s`, `mean_checks_per_s`, `us_per_check`, `redis_cpu_cores`,
   `commands_per_s`, `shard_checks_per_s`, `shards_for_memory`, `shards_for_checks`,

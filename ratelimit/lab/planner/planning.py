@@ -20,7 +20,8 @@ from .. import capacity
 from ..timebase import seconds_to_ms
 from .limits import _candidate_limit
 from .measures import _grown, _LiveKeys
-from .recommend import KeptTrace, Recommendation, recommend
+from .recommend import KeptTrace, Recommendation, recommend, replay
+from .resolution import Resolution, Spread, is_coarse, spread
 from .results import Affected, CandidatePlan, LogPlan, LogSummary, Offender, RedisPlan, Throttled
 from .servertime import (
     DEFAULT_ALGORITHMS,
@@ -113,19 +114,23 @@ def plan_trace(
     server_time: ServerTimeChoice | None = None,
     describe: Callable[[], Mapping[str, Any]] | None = None,
     affect: float | None = 0.01,
+    spread_coarse: bool = True,
 ) -> LogPlan:
     """`plan_log` on trace tables (`time`, `identity`, `cost`): one, or an iterable of
     chunks, each sorted by time, read once. `server_time` replaces the choice
     `choose_server_time` would make; `describe()`, called once the chunks are read,
     gives what the trace cannot tell (`path`, `example`, `format`, `identity_field`,
     `problems`). `affect`: the share of clients the recommended limits may affect
-    (None: no recommendation, and no requests kept)."""
+    (None: no recommendation). `spread_coarse`: replay each candidate whose window the
+    stamps are too coarse for with the stamps spread (`resolution.spread`). Either
+    keeps the requests in memory."""
     from .. import fastreplay, windowpeaks
 
     candidates = _candidates(limits, algorithms)
     if affect is not None and not 0 <= affect < 1:
         raise ValueError(f"affect must be a share of clients from 0 to below 1, got {affect!r}")
-    kept = KeptTrace() if affect is not None else None
+    kept = KeptTrace() if affect is not None or spread_coarse else None
+    resolution = Resolution()
     # Per window, each identity's most requested cost in one rolling window (demand).
     demand = {c.window_ms: windowpeaks.WindowPeaks(c.window_ms) for c in candidates}
     top = validation.count("top", top, minimum=0)
@@ -168,6 +173,7 @@ def plan_trace(
         for peaks in demand.values():
             peaks.add(codes, times, costs)
         agents.add(codes, chunk)
+        resolution.add(times)
         if kept is not None:
             kept.add(codes, times, costs)
     if total == 0:
@@ -185,6 +191,7 @@ def plan_trace(
         start=start,
         end=end,
         problems=found.get("problems"),
+        resolution_ms=resolution.ms,
     )
     if server_time is None:
         names = list(dict.fromkeys(c.algorithm for c in candidates))
@@ -209,6 +216,7 @@ def plan_trace(
         )  # fmt: skip
         for cand in candidates
     )
+    planned = _spread_coarse(planned, kept if spread_coarse else None, resolution.ms, len(codes_of))
     client_peaks = {w: _peaks(peaks, len(codes_of)) for w, peaks in demand.items()}
     recommended: tuple[Recommendation, ...] = ()
     if kept is not None and affect is not None:
@@ -220,6 +228,36 @@ def plan_trace(
     return LogPlan(
         log, server_time, shard, table_name, planned, top, affect, recommended, client_peaks
     )
+
+
+def _spread_coarse(
+    planned: tuple[CandidatePlan, ...], kept: KeptTrace | None, resolution_ms: int, n: int
+) -> tuple[CandidatePlan, ...]:
+    """Each candidate whose window the stamps are too coarse for, with `stamps`: its
+    rejected counts as planned and replayed with the stamps spread (when kept)."""
+    spread_times = None
+    out = []
+    for c in planned:
+        window_ms = round(c.window_s * 1000)
+        if not is_coarse(resolution_ms, window_ms):
+            out.append(c)
+            continue
+        again = None
+        if kept is not None:
+            if spread_times is None:
+                spread_times = spread(kept.arrays()[1], resolution_ms)
+            again = replay(kept, c.algorithm, c.limit, window_ms, n, times=spread_times)
+        stamps = Spread(
+            resolution_ms=resolution_ms,
+            rejected=c.rejected,
+            rejected_spread=None if again is None else again.rejected,
+            identities_rejected=c.identities_rejected,
+            identities_rejected_spread=(
+                None if again is None else int(np.count_nonzero(again.rejected_by_code))
+            ),
+        )
+        out.append(dataclasses.replace(c, stamps=stamps))
+    return tuple(out)
 
 
 def _candidates(limits: Sequence[Any], algorithms: Sequence[str]) -> list[_Candidate]:
@@ -484,6 +522,7 @@ def plan_log(
     bench_record: str | Path | None = None,
     example: bool = False,
     affect: float | None = 0.01,
+    spread_coarse: bool = True,
 ) -> LogPlan:
     """Plan each candidate of `limits` ("100/min", ...) x `algorithms` on the access log
     at `path`, read once in chunks of `chunk_lines` (see the module docstring for every
@@ -493,8 +532,9 @@ def plan_log(
     `shard_memory_bytes` keeping `headroom` free. `top`: how many of the busiest
     identities affected each candidate lists. `example` marks the lab's
     example log in the report. `affect`: the share of clients a recommended limit may
-    affect (None: no recommendation). LogFormatError (a ValueError) for a file that is not a
-    log or holds no request; ValueError for bad options."""
+    affect (None: no recommendation); `spread_coarse`: see `plan_trace`.
+    LogFormatError (a ValueError) for a file that is not a log or holds no request;
+    ValueError for bad options."""
     from .. import accesslog
 
     limits = list(limits)
@@ -526,6 +566,7 @@ def plan_log(
             reader, limits, algorithms, redis_url=redis_url, measure=measure, headroom=headroom,
             shard_memory_bytes=shard_memory_bytes, top=top, memory_table=memory_table,
             bench_record=bench_record, describe=describe, affect=affect,
+            spread_coarse=spread_coarse,
         )  # fmt: skip
     except _NoRequests:
         summary = reader.problems.summary()

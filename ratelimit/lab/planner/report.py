@@ -53,6 +53,13 @@ def _window(window_ms: int) -> str:
     return _duration(window_ms / 1000)
 
 
+def _resolution(resolution_ms: int) -> str:
+    from .resolution import resolution_text
+
+    text = resolution_text(resolution_ms)
+    return f"{text} or finer" if resolution_ms == 1 else text
+
+
 def _or_dash(value: Any) -> str:
     return "-" if value is None else str(value)
 
@@ -119,6 +126,36 @@ def _recommended(plan: LogPlan) -> list[str]:
             _pct(r.identities_affected, r.identities), _pct(r.rejected + r.refused, r.requests),
         ])  # fmt: skip
     return out + ["  " + line for line in _columns(rows, right=range(2, len(rows[0])))]
+
+
+def _stamps(plan: LogPlan) -> list[str]:
+    """The candidates whose window the stamps are too coarse for, rejected as planned
+    and with the stamps spread within their unit."""
+    from .resolution import COARSE_SHARE, resolution_text
+
+    coarse = [c for c in plan.candidates if c.stamps is not None]
+    if not coarse:
+        return []
+    unit = resolution_text(plan.log.resolution_ms)
+    out = [
+        "",
+        f"Timestamps: the log stamps its requests every {unit}, coarser than 1/{COARSE_SHARE} "
+        "of these windows, which can move the result. Each candidate as planned, and "
+        f"replayed with each stamp's requests spread evenly over its {unit}:",
+    ]
+    rows = [["limit", "algorithm", "rejected", "(spread)", "identities rejected", "(spread)"]]
+    for c in coarse:
+        s = c.stamps
+        assert s is not None
+        rows.append([
+            c.limit_text, c.label, f"{s.rejected:,}", _paren(s.rejected_spread),
+            f"{s.identities_rejected:,}", _paren(s.identities_rejected_spread),
+        ])  # fmt: skip
+    return out + ["  " + line for line in _columns(rows, right=(2, 3, 4, 5))]
+
+
+def _paren(value: int | None) -> str:
+    return "(not replayed)" if value is None else f"({value:,})"
 
 
 def _short(c: CandidatePlan) -> str:
@@ -189,7 +226,8 @@ def _render(plan: LogPlan, *, problems: bool) -> str:
     out = [
         f"Plan for {where}: format {log.format}, identity: {log.identity_field}, cost: {log.cost}",
         f"  {log.requests:,} requests from {log.identities:,} identities, "
-        f"{_utc(log.start)} to {_utc(log.end)} ({_duration(log.duration_s)})",
+        f"{_utc(log.start)} to {_utc(log.end)} ({_duration(log.duration_s)}), "
+        f"stamped every {_resolution(log.resolution_ms)}",
     ]
     if problems and log.problems is not None:
         out += ["  " + line for line in log.problems.summary().splitlines()]
@@ -212,6 +250,7 @@ def _render(plan: LogPlan, *, problems: bool) -> str:
             f"{c.identities_refused:,} identities cost more than the limit: the library refuses "
             "them (ValueError), they are neither admitted nor rejected"
         )
+    out += _stamps(plan)
     out += _recommended(plan)
     out += _busiest(plan)
     out += _when(plan)

@@ -15,6 +15,7 @@ from ratelimit import algorithms as registry
 from .. import capacity
 from .recommend import Recommendation
 from .report import _render, _utc
+from .resolution import Spread
 from .servertime import ServerTimeChoice
 
 SCHEMA: Mapping[str, tuple[str, ...]] = {
@@ -24,7 +25,7 @@ SCHEMA: Mapping[str, tuple[str, ...]] = {
     ),
     "log": (
         "path", "example", "format", "identity_field", "cost", "requests", "identities",
-        "start_utc", "end_utc", "duration_s", "problems",
+        "start_utc", "end_utc", "duration_s", "problems", "resolution_ms",
     ),
     "problems": (
         "lines", "parsed", "skipped", "late", "counts", "examples", "late_examples", "summary",
@@ -37,7 +38,11 @@ SCHEMA: Mapping[str, tuple[str, ...]] = {
         "rejected_share", "refused", "refused_share", "identities", "identities_rejected",
         "identities_rejected_share", "identities_refused", "peak_admitted",
         "peak_admitted_ratio", "peak_identity", "busiest_affected", "redis",
-        "rejected_by_hour", "longest_throttled", "offenders",
+        "rejected_by_hour", "longest_throttled", "offenders", "stamps",
+    ),
+    "stamps": (
+        "resolution_ms", "rejected", "rejected_spread", "identities_rejected",
+        "identities_rejected_spread",
     ),
     "throttled": (
         "identity", "longest_throttled_s", "throttled_from_utc", "throttled_until_utc",
@@ -149,6 +154,7 @@ class CandidatePlan:
     rejected_by_hour: tuple[int, ...] = (0,) * 24  # rejected requests per UTC hour of day
     longest_throttled: tuple[Throttled, ...] = ()  # the `top` longest stretches
     offenders: tuple[Offender, ...] = ()  # the `top` identities rejected most
+    stamps: Spread | None = None  # set when the stamps are too coarse for the window
 
     @property
     def label(self) -> str:
@@ -172,6 +178,7 @@ class CandidatePlan:
             "rejected_by_hour": list(self.rejected_by_hour),
             "longest_throttled": [t.to_dict() for t in self.longest_throttled],
             "offenders": [o.to_dict() for o in self.offenders],
+            "stamps": None if self.stamps is None else self.stamps.to_dict(),
         }
         return {name: values.get(name, getattr(self, name, None)) for name in SCHEMA["candidate"]}
 
@@ -190,6 +197,7 @@ class LogSummary:
     start: float | None  # Unix seconds of the first and last request
     end: float | None
     problems: Any = None  # accesslog.Problems, or None for a trace in memory
+    resolution_ms: int = 1  # the coarsest of resolution.RESOLUTIONS_MS every stamp fits
 
     @property
     def duration_s(self) -> float:
