@@ -216,6 +216,12 @@ def parser() -> argparse.ArgumentParser:
             "window; then the Redis plan: keys alive at once, memory (each key at its "
             "identity's peak, from measured bytes per key), checks per second at the peak "
             "(not the mean), server time per check and shards with headroom.",
+            "It also recommends, per window and algorithm, the smallest limit that rejects "
+            "at most --affect of the clients (with the spread of per-client peaks), shows "
+            "when requests are rejected (by hour of day, UTC), each client's longest "
+            "throttled stretch and the clients rejected most with their user agent, and "
+            "states the log's timestamp resolution: when it is coarser than a tenth of a "
+            "window, the candidate is replayed with each stamp's requests spread within it.",
             "The table goes to stdout, the log's bad lines (with their line numbers) to "
             "stderr, and --json OUT writes everything as one JSON document (its fields are "
             "documented in ratelimit.lab.planner).",
