@@ -121,6 +121,7 @@ def _plan(args: argparse.Namespace) -> int:
         "progress": False if args.no_progress else None,
         "bench_record": args.bench_record,
         "affect": args.affect,
+        "spread_coarse": not args.no_spread,
     }
     algos = args.algorithm or list(planner.DEFAULT_ALGORITHMS)
     if args.log is None or args.example:
@@ -339,6 +340,13 @@ def parser() -> argparse.ArgumentParser:
         help="recommend, per window and algorithm, the smallest limit that rejects at most "
         "this share of clients, e.g. 1%%, 0.5%%, 0.02, or none (default: 1%%); it keeps "
         "every request in memory (20 bytes each) to replay limits on",
+    )
+    plan.add_argument(
+        "--no-spread",
+        action="store_true",
+        help="when the log's stamps are coarser than a tenth of a window, say so but do not "
+        "replay the candidate with each stamp's requests spread within it (with --affect "
+        "none, no request is kept in memory)",
     )
     plan.add_argument(
         "--csv",

@@ -108,8 +108,8 @@ def test_plan_recommends_the_limit_the_library_recommends(small_log, tmp_path):
     for r in library.recommended:
         assert r.identities_affected <= 1
         assert any(r.label in line and r.limit_text in line for line in result.stdout.splitlines())
-    result = run("plan", str(small_log), "--affect", "none", "--json", "none.json",
-                 "--no-measure", cwd=tmp_path)  # fmt: skip
+    result = run("plan", str(small_log), "--affect", "none", "--no-spread", "--json",
+                 "none.json", "--no-measure", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "none.json").read_text())["recommended"] == []
     assert "Recommended" not in result.stdout

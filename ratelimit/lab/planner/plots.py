@@ -56,17 +56,21 @@ def peaks_figure(plan: LogPlan) -> Figure:
 
 
 def draw_hours(ax: Axes, plan: LogPlan) -> None:
-    """On `ax`: rejected requests per UTC hour of day, one line per candidate."""
+    """On `ax`: rejected requests per UTC hour of day, side-by-side bars per candidate
+    that rejects any."""
     hours = np.arange(24)
-    for c in plan.candidates:
-        ax.plot(hours, c.rejected_by_hour, marker="o", markersize=3,
-                label=f"{c.limit_text} {c.label}")  # fmt: skip
+    hurt = [c for c in plan.candidates if c.rejected]
+    width = 0.8 / max(len(hurt), 1)
+    for j, c in enumerate(hurt):
+        ax.bar(hours - 0.4 + (j + 0.5) * width, c.rejected_by_hour, width=width,
+               label=f"{c.limit_text} {c.label}")  # fmt: skip
     ax.set_xticks(range(0, 24, 3))
     ax.set_xlim(-0.5, 23.5)
     ax.set_xlabel("hour of day (UTC)")
     ax.set_ylabel("requests rejected")
     ax.set_title("When requests are rejected")
-    ax.legend(fontsize="small")
+    if hurt:
+        ax.legend(fontsize="small")
 
 
 def draw_throttled(ax: Axes, plan: LogPlan) -> None:
