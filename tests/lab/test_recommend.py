@@ -10,6 +10,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ratelimit import algorithms
 from ratelimit.lab import planner
@@ -168,3 +170,38 @@ def test_the_peaks_figure_marks_each_recommended_limit():
         assert marked == sorted(r.limit for r in plan.recommended if r.window_ms == window_ms)
         (curve,) = [line for line in ax.get_lines() if line.get_label() == "clients"]
         assert max(curve.get_xdata()) == plan.client_peaks[window_ms].max()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    drops=st.lists(st.integers(0, 3), min_size=1, max_size=40),
+    allowed=st.integers(0, 30),
+    start=st.integers(-2, 60),
+    high=st.integers(1, 50),
+)
+def test_smallest_limit_is_what_a_linear_scan_finds(drops, allowed, start, high):
+    # A non-increasing count of clients affected: falls by drops[i] at limit i + 1.
+    total = sum(drops)
+
+    def affected(limit):
+        return total - sum(drops[: limit - 1])
+
+    want = next(limit for limit in range(1, len(drops) + 2) if affected(limit) <= allowed)
+    found, asked = recommend.smallest_limit(affected, allowed, start, high)
+    assert found == want
+    assert asked <= 2 * (len(drops) + 2).bit_length() + 4
+
+
+def test_a_late_line_still_gets_a_verified_recommendation():
+    # A request logged after later ones: the sliding log records it at the newest stamp,
+    # so the peaks alone may be off; the replayed search still finds the smallest limit.
+    trace = crowd_trace(8, n=300)
+    late = trace.iloc[[150]].assign(time=trace["time"].iloc[40])
+    trace = pd.concat([trace.drop(index=150), late]).reset_index(drop=True)
+    rows = [trace.iloc[: len(trace) - 1], trace.iloc[len(trace) - 1 :]]
+    plan = planner.plan_trace(iter(rows), ["10/2s"], ["log"], server_time=BENCH_CHOICE,
+                              affect=0.05)  # fmt: skip
+    (r,) = plan.recommended
+    allowed = math.floor(0.05 * r.identities + 1e-9)
+    hurt = [brute_affected(trace, "log", limit, 2_000)[0] for limit in range(1, r.limit + 1)]
+    assert hurt[-1] <= allowed and (r.limit == 1 or hurt[-2] > allowed)
