@@ -85,6 +85,17 @@ def _route(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _affect(text: str) -> float | None:
+    from .planner import recommend
+
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return recommend.parse_affect(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _where(text: str) -> Any:
     from .planner import routes
 
@@ -103,6 +114,12 @@ def _cost(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _export_tables() -> tuple[str, ...]:
+    from .planner.export import CSV_TABLES
+
+    return CSV_TABLES
+
+
 def _paragraphs(*texts: str) -> str:
     return "\n\n".join(textwrap.fill(text, 79) for text in texts)
 
@@ -116,6 +133,10 @@ def _plan(args: argparse.Namespace) -> int:
         args.parser.error("give LOG or --example, not both")
     if args.route and args.limit:
         args.parser.error("give --limit or --route, not both: each route carries its own limit")
+    if args.plot is not None:
+        from .planner.export import check_figure_path
+
+        check_figure_path(args.plot)  # before the log is read
     limits = args.limit or [DEFAULT_LIMIT]
     options = {
         "format": args.format,
@@ -129,6 +150,8 @@ def _plan(args: argparse.Namespace) -> int:
         "top": args.top,
         "progress": False if args.no_progress else None,
         "bench_record": args.bench_record,
+        "affect": args.affect,
+        "spread_coarse": not args.no_spread,
     }
     algos = args.algorithm or list(planner.DEFAULT_ALGORITHMS)
     if args.log is None or args.example:
@@ -157,12 +180,42 @@ def _plan(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise _Failed(f"cannot write {args.json}: {exc.strerror or exc}") from None
         _say(f"Wrote the plan to {args.json}")
+    _export(plan, args)
     return 0
 
 
 def _chosen(args: argparse.Namespace) -> dict:
     """--route and --where, as `_planned` takes them."""
     return {"routes": args.route or [], "where": args.where or []}
+
+
+def _export(plan: Any, args: argparse.Namespace) -> None:
+    """--csv DIR and --plot FILE. A plan by route writes `routes.csv` and each route's
+    tables in DIR/ROUTE/, and each route's figures to FILE's stem + "-ROUTE"."""
+    from .planner import export
+
+    if isinstance(plan, planner.LogPlan):
+        each = [(plan, args.csv, args.plot)]
+    else:
+        each = [
+            (r.plan, args.csv and Path(args.csv) / r.name,
+             args.plot and Path(args.plot).with_stem(f"{Path(args.plot).stem}-{r.name}"))
+            for r in plan.routes if r.plan is not None
+        ]  # fmt: skip
+    try:
+        if args.csv is not None and not isinstance(plan, planner.LogPlan):
+            Path(args.csv).mkdir(parents=True, exist_ok=True)
+            plan.frame().to_csv(Path(args.csv) / "routes.csv", index=False)
+        for one, folder, figure in each:
+            if folder:
+                written = export.write_csv(one, folder)
+                _say(f"Wrote {len(written)} tables to {folder} "
+                     f"({', '.join(p.name for p in written)})")  # fmt: skip
+            if figure:
+                export.write_figure(one, figure)
+                _say(f"Wrote the figures to {figure}")
+    except OSError as exc:
+        raise _Failed(f"cannot write {exc.filename or args.csv}: {exc.strerror or exc}") from None
 
 
 def _planned(log, limits, algos, options, *, example: bool, chosen: dict) -> Any:
@@ -223,6 +276,12 @@ def parser() -> argparse.ArgumentParser:
             "row per route and algorithm, and the requests no route matches are counted "
             "as unplanned; --where plans only the requests a filter keeps (see "
             "ratelimit.lab.planner.routes).",
+            "It also recommends, per window and algorithm, the smallest limit that rejects "
+            "at most --affect of the clients (with the spread of per-client peaks), shows "
+            "when requests are rejected (by hour of day, UTC), each client's longest "
+            "throttled stretch and the clients rejected most with their user agent, and "
+            "states the log's timestamp resolution: when it is coarser than a tenth of a "
+            "window, the candidate is replayed with each stamp's requests spread within it.",
             "The table goes to stdout, the log's bad lines (with their line numbers) to "
             "stderr, and --json OUT writes everything as one JSON document (its fields are "
             "documented in ratelimit.lab.planner).",
@@ -357,6 +416,37 @@ def parser() -> argparse.ArgumentParser:
     )
     plan.add_argument(
         "--no-progress", action="store_true", help="no progress bar while reading a long log"
+    )
+    # What to answer beyond the candidates: the recommendation, when and who.
+    plan.add_argument(
+        "--affect",
+        type=_affect,
+        default=0.01,
+        metavar="SHARE",
+        help="recommend, per window and algorithm, the smallest limit that rejects at most "
+        "this share of clients, e.g. 1%%, 0.5%%, 0.02, or none (default: 1%%); it keeps "
+        "every request in memory (20 bytes each) to replay limits on",
+    )
+    plan.add_argument(
+        "--no-spread",
+        action="store_true",
+        help="when the log's stamps are coarser than a tenth of a window, say so but do not "
+        "replay the candidate with each stamp's requests spread within it (with --affect "
+        "none, no request is kept in memory)",
+    )
+    plan.add_argument(
+        "--csv",
+        metavar="DIR",
+        help="also write each table as DIR/NAME.csv: "
+        + ", ".join(_export_tables())
+        + " (DIR is made if need be)",
+    )
+    plan.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also write the figures, in one image: per window the spread of per-client "
+        "peaks with the recommended limits, rejections by hour of day, the longest "
+        "throttled stretches; the format follows FILE's suffix (.png, .svg, .pdf)",
     )
     plan.set_defaults(run=_plan, parser=plan)
 

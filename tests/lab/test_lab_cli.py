@@ -94,6 +94,49 @@ def test_plan_prints_the_table_reports_bad_lines_and_writes_json(small_log, tmp_
     assert document["server_time"]["kind"] == "bench"
 
 
+def test_plan_recommends_the_limit_the_library_recommends(small_log, tmp_path):
+    # Three clients: at 34% one client may be affected, at "none" nothing is recommended.
+    result = run(
+        "plan", str(small_log), "--limit", "10/s", "--affect", "34%", "--json", "out.json",
+        "--no-measure", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "out.json").read_text())
+    library = planner.plan_log(small_log, ["10/s"], measure=False, affect=0.34)
+    assert document == json.loads(json.dumps(library.to_dict()))
+    assert document["affect"] == 0.34 and len(document["recommended"]) == 4
+    for r in library.recommended:
+        assert r.identities_affected <= 1
+        assert any(r.label in line and r.limit_text in line for line in result.stdout.splitlines())
+    result = run("plan", str(small_log), "--affect", "none", "--no-spread", "--json",
+                 "none.json", "--no-measure", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "none.json").read_text())["recommended"] == []
+    assert "Recommended" not in result.stdout
+
+
+def test_plan_writes_the_tables_as_csv_and_the_figures(small_log, tmp_path):
+    result = run(
+        "plan", str(small_log), "--limit", "10/s", "--csv", "tables", "--plot", "plan.png",
+        "--json", "out.json", "--no-measure", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    from ratelimit.lab.planner import export
+
+    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == sorted(
+        f"{name}.csv" for name in export.CSV_TABLES
+    )
+    document = json.loads((tmp_path / "out.json").read_text())
+    rows = (tmp_path / "tables" / "candidates.csv").read_text().splitlines()
+    assert len(rows) == 1 + len(document["candidates"])
+    assert (tmp_path / "plan.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Wrote the figures to plan.png" in result.stderr
+    # A figure format matplotlib cannot write is refused before the log is read.
+    result = run("plan", str(small_log), "--plot", "plan.nope", "--no-measure", cwd=tmp_path)
+    assert_clean_failure(result, 2, "plan.nope", ".png")
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize("bad", ["10/fortnight", "0/s", "-5/min", "abc", "10/0s"])
 def test_a_limit_that_does_not_parse_exits_2_naming_the_option(small_log, tmp_path, bad):
     result = run("plan", str(small_log), f"--limit={bad}", "--no-measure", cwd=tmp_path)
@@ -104,7 +147,7 @@ def test_a_limit_that_does_not_parse_exits_2_naming_the_option(small_log, tmp_pa
 @pytest.mark.parametrize(
     ("option", "value", "word"),
     [("--shard-memory", "lots", "14GiB"), ("--headroom", "1", "headroom"), ("--top", "-3", "top"),
-     ("--algorithm", "leaky", "gcra")],
+     ("--algorithm", "leaky", "gcra"), ("--affect", "150%", "share of clients")],
 )  # fmt: skip
 def test_other_bad_options_exit_2_with_a_message(small_log, tmp_path, option, value, word):
     result = run("plan", str(small_log), f"{option}={value}", "--no-measure", cwd=tmp_path)

@@ -30,6 +30,36 @@ What a candidate reports, and how it is counted:
   At most the limit for the sliding log; more for the others (a fixed window lets
   twice it through across a boundary).
 
+When and who (`timeline`), per candidate:
+
+- `rejected_by_hour`: rejected requests per hour of day, UTC (24 counts, 00:00 first).
+- `longest_throttled`: the `top` identities with the longest throttled stretch. A
+  stretch is a run of an identity's rejected requests with no admitted one between:
+  from its first rejected request to the identity's next admitted request, or to one
+  window after the run's last rejected request if that comes first (a client that
+  stops asking stops counting; so does a run the log ends during). Each entry:
+  `identity`, `longest_throttled_s`, `throttled_from_utc`, `throttled_until_utc`,
+  `rejected` (all the identity's rejected requests).
+- `offenders`: the `top` identities rejected most (ties: more requests, then by
+  name): `identity`, `agent` (its most frequent user agent, from the trace's `agent`
+  column; null without one), `requests`, `rejected`, `longest_throttled_s`.
+
+`plan --csv DIR` writes the tables as CSV (`export.write_csv`: candidates.csv,
+recommended.csv, rejected_by_hour.csv, longest_throttled.csv, offenders.csv,
+busiest_affected.csv) and `plan --plot FILE` the figures in one image
+(`export.write_figure`, `plots.plan_figure`: the peaks per window, rejections by
+hour, the longest stretches), its format from FILE's suffix.
+
+Timestamp resolution (`resolution`): `resolution_ms` (of `log`) is the coarsest of 1
+min, 1 s, 100 ms, 10 ms and 1 ms that every stamp is a multiple of (1 ms: the plan's
+own; finer stamps are decided at the ms). A candidate whose window is less than 10
+times that (1 s stamps: windows under 10 s) carries `stamps` (null otherwise):
+`resolution_ms`, `rejected` and `identities_rejected` as planned, and
+`rejected_spread`, `identities_rejected_spread` replayed with the requests of each
+stamp spread evenly over the unit that follows it, in their order (the j-th of n at
+stamp + floor((2j + 1) x unit / 2n): deterministic); the two bracket how much the
+coarse stamps can move the result. Shown in the table when any candidate is coarse.
+
 The Redis plan of a candidate:
 
 - `keys`: the most identities whose keys are alive at one instant. A key lives one
@@ -61,32 +91,59 @@ The Redis plan of a candidate:
   `shard_memory_bytes` of data memory, `headroom` kept free, 64 bytes of per-key
   overhead): enough shards for the memory and for the checks, whichever needs more.
 
+Which limit to pick (`recommend`): for each window and algorithm planned,
+
+- per-client peaks: each identity's most requested cost (every request, admitted or
+  not) in one rolling window (t - W, t]; their `p50`, `p90`, `p99`, `p99_9` (observed
+  values: the smallest peak with at least that share of clients at or below it) and
+  `max`;
+- the recommended limit: the smallest limit per W that affects (rejects or refuses at
+  least once) at most the share `affect` of the clients (default 1%, i.e. at most
+  floor(share x identities) clients), with the requests it rejects and refuses. For
+  the sliding log on a trace in time order it follows from the peaks: a client is
+  first rejected exactly when its demand in one window exceeds the limit (until then
+  the log held its demand), so the answer is the (k+1)-th largest peak, k the clients
+  allowed. For every algorithm the answer is found by replaying the kept requests
+  with the compiled replayers, bisecting on the limit (clients affected fall as the
+  limit grows: tested against a sweep of every limit), starting from the sliding
+  log's answer; the limit found qualifies and the one below it does not, both
+  replayed. `plots.peaks_figure` draws the peaks with the recommended limits marked.
+
 Memory: besides the reader's chunk, one small record per identity (its code, counts,
 last request) per candidate, plus each replayer's state and the admitted stamps of
 each identity's last window (and the `windowpeaks.WindowPeaks` reorder margin): it
 grows with the identities and with what one window holds, never with the log's length.
+The exception is the recommendation (on unless `affect=None`) and the spread replay
+(on unless `spread_coarse=False`): they keep every request's identity code, time and
+cost (20 bytes a request) to replay limits on.
 
 Routes, filters and cost functions (`plan --route`, `--where`, `--cost MODULE:FUNCTION`)
 are `routes` (`plan_routes`, `plan_where`): each route planned with its own limit and
 key, on the requests the filters keep.
 
 Modules: `limits` (reading "100/min"), `servertime` (`choose_server_time`), `measures`
-(keys alive at once), `planning` (`plan_trace`, `plan_log`), `results` (the dataclasses
-and `SCHEMA`), `report` (`LogPlan.table`).
+(keys alive at once), `planning` (`plan_trace`, `plan_log`), `recommend` (the
+recommendation), `timeline` (when and who), `resolution` (timestamps), `results`
+(the dataclasses and `SCHEMA`), `report` (`LogPlan.table`), `plots` (the figures,
+matplotlib), `export` (CSV and image files).
 
 JSON document (`LogPlan.to_dict()`, `plan --json OUT`); the field names of each
 object are listed in `SCHEMA`, one place:
 
 - top level: `schema` (this layout's version, 1), `log`, `server_time`, `shard`,
-  `memory_table` (path of the bytes-per-key table), `candidates` (a list).
+  `memory_table` (path of the bytes-per-key table), `candidates` (a list), `affect`
+  (the share of clients a recommended limit may affect; null: none asked),
+  `recommended` (a list, one per algorithm and window planned).
 - `log`: `path`, `example` (true for the lab's example log), `format`,
   `identity_field`, `cost` (how a request's cost was read: "1 per request", a field's
   name, or a function's), `requests`, `identities`, `start_utc`, `end_utc` (ISO 8601),
-  `duration_s`, `problems`, `where` (null, or when the requests were chosen by
-  `routes`' filters or a route: `conditions`, `requests_read` and `kept`).
+  `duration_s`, `problems`, `resolution_ms` (below), `where` (null, or when the requests
+  were chosen by `routes`' filters or a route: `conditions`, `requests_read` and `kept`).
 - `problems` (the reader's bad lines): `lines`, `parsed`, `skipped`, `late` (lines
   logged more than the reader's reorder window after later ones, decided late),
-  `counts` (reason -> lines), `examples` and `late_examples` (lists of `line`,
+  `partial` (requests whose later fields could not be read), `stopped` (why and where
+  reading ended early, e.g. a cut gzip; "" when it read to the end), `counts` (reason
+  -> lines), `examples`, `late_examples` and `partial_examples` (lists of `line`,
   `reason`, `excerpt`: the first few), `summary` (the reader's words).
 - `server_time`: `kind` ("measured", "bench" or "none"), `source`, `date`, `note`,
   `us_per_check` (algorithm -> microseconds).
@@ -97,11 +154,18 @@ object are listed in `SCHEMA`, one place:
   `identities_rejected`, `identities_rejected_share`, `identities_refused`,
   `peak_admitted`, `peak_admitted_ratio` (over the limit), `peak_identity`,
   `busiest_affected` (a list of `identity`, `requests`, `rejected`, `refused`,
-  `peak_admitted`), `redis` (null when no request reaches Redis).
+  `peak_admitted`), `redis` (null when no request reaches Redis), `rejected_by_hour`,
+  `longest_throttled`, `offenders`, `stamps` (above).
 - `redis`: `keys`, `key_lifetime_s`, `bytes_per_key`, `memory_bytes`,
   `peak_checks_per_s`, `mean_checks_per_s`, `us_per_check`, `redis_cpu_cores`,
   `commands_per_s`, `shard_checks_per_s`, `shards_for_memory`, `shards_for_checks`,
   `shards`, `keys_per_shard` (the check-bound ones null without a server time).
+- a `recommended` entry: `algorithm`, `label`, `window_s`, `window_ms`, `limit` (per
+  window), `limit_text` ("45/s"), `affect`, `requests`, `rejected`, `rejected_share`,
+  `refused`, `refused_share` (of all requests, under that limit), `identities`,
+  `identities_affected` (rejected or refused at least once),
+  `identities_affected_share`, `peaks` (`p50` .. `max` above), `replays` (limits
+  replayed to find it).
 """
 
 from .limits import format_limit, parse_limit

@@ -20,7 +20,9 @@ from .. import capacity
 from ..timebase import seconds_to_ms
 from .limits import _candidate_limit
 from .measures import _grown, _LiveKeys
-from .results import Affected, CandidatePlan, LogPlan, LogSummary, RedisPlan
+from .recommend import KeptTrace, Recommendation, recommend, replay
+from .resolution import Resolution, Spread, is_coarse, spread
+from .results import Affected, CandidatePlan, LogPlan, LogSummary, Offender, RedisPlan, Throttled
 from .servertime import (
     DEFAULT_ALGORITHMS,
     ServerTimeChoice,
@@ -28,6 +30,7 @@ from .servertime import (
     choose_server_time,
     default_memory_table,
 )
+from .timeline import Agents, Stretches, hours_of
 
 DEFAULT_SHARD = capacity.DEFAULT_SHARD
 """Chapter 6's shard: 14 GiB of data, half kept free, 64 bytes of per-key overhead."""
@@ -51,6 +54,11 @@ class _Candidate:
     peaks: Any  # windowpeaks.WindowPeaks over admitted cost
     rejected: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     refused: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    hours: np.ndarray = field(default_factory=lambda: np.zeros(24, dtype=np.int64))
+    stretches: Stretches | None = None  # made with the window in __post_init__
+
+    def __post_init__(self) -> None:
+        self.stretches = Stretches(self.window_ms)
 
     def add(
         self,
@@ -72,6 +80,8 @@ class _Candidate:
         allowed = self.replayer.decide(codes, times, costs)[0]
         _count_into(self.rejected, codes[~allowed])
         self.peaks.add(codes[allowed], times[allowed], costs[allowed])
+        self.hours += np.bincount(hours_of(times[~allowed]), minlength=24)
+        self.stretches.add(codes, times, allowed)  # type: ignore[union-attr]
 
 
 def _count_into(values: np.ndarray, codes: np.ndarray) -> np.ndarray:
@@ -103,15 +113,26 @@ def plan_trace(
     bench_record: str | Path | None = None,
     server_time: ServerTimeChoice | None = None,
     describe: Callable[[], Mapping[str, Any]] | None = None,
+    affect: float | None = 0.01,
+    spread_coarse: bool = True,
 ) -> LogPlan:
     """`plan_log` on trace tables (`time`, `identity`, `cost`): one, or an iterable of
     chunks, each sorted by time, read once. `server_time` replaces the choice
     `choose_server_time` would make; `describe()`, called once the chunks are read,
     gives what the trace cannot tell (`path`, `example`, `format`, `identity_field`,
-    `problems`)."""
+    `problems`). `affect`: the share of clients the recommended limits may affect
+    (None: no recommendation). `spread_coarse`: replay each candidate whose window the
+    stamps are too coarse for with the stamps spread (`resolution.spread`). Either
+    keeps the requests in memory."""
     from .. import fastreplay, windowpeaks
 
     candidates = _candidates(limits, algorithms)
+    if affect is not None and not 0 <= affect < 1:
+        raise ValueError(f"affect must be a share of clients from 0 to below 1, got {affect!r}")
+    kept = KeptTrace() if affect is not None or spread_coarse else None
+    resolution = Resolution()
+    # Per window, each identity's most requested cost in one rolling window (demand).
+    demand = {c.window_ms: windowpeaks.WindowPeaks(c.window_ms) for c in candidates}
     top = validation.count("top", top, minimum=0)
     shard = dataclasses.replace(
         DEFAULT_SHARD,
@@ -124,6 +145,7 @@ def plan_trace(
     checks = {limit: windowpeaks.WindowPeaks(_CHECK_WINDOW_MS) for limit in fits_of}
 
     codes_of = fastreplay.Codes()
+    agents = Agents()
     requests = np.zeros(0, dtype=np.int64)
     total, start, end = 0, math.inf, -math.inf
     horizon = None  # the latest ms seen so far
@@ -148,6 +170,12 @@ def plan_trace(
             peaks.add(one_code, times, every if fits[limit] is None else fits[limit])
         for cand in candidates:
             cand.add(codes, times, costs, fits[cand.limit], len(codes_of))
+        for peaks in demand.values():
+            peaks.add(codes, times, costs)
+        agents.add(codes, chunk)
+        resolution.add(times)
+        if kept is not None:
+            kept.add(codes, times, costs)
     if total == 0:
         raise _NoRequests("there are no requests to plan on")
 
@@ -164,6 +192,7 @@ def plan_trace(
         end=end,
         problems=found.get("problems"),
         where=found.get("where"),
+        resolution_ms=resolution.ms,
     )
     if server_time is None:
         names = list(dict.fromkeys(c.algorithm for c in candidates))
@@ -171,6 +200,7 @@ def plan_trace(
             names, redis_url=redis_url, measure=measure, bench_record=bench_record
         )
     requests = requests[: len(codes_of)]
+    agent_of = agents.most_frequent() if agents.seen else None
     planned = tuple(
         _finish(
             cand,
@@ -183,10 +213,52 @@ def plan_trace(
             server_time,
             shard,
             top,
+            agent_of,
         )  # fmt: skip
         for cand in candidates
     )
-    return LogPlan(log, server_time, shard, table_name, planned, top)
+    planned = _spread_coarse(planned, kept if spread_coarse else None, resolution.ms, len(codes_of))
+    client_peaks = {w: _peaks(peaks, len(codes_of)) for w, peaks in demand.items()}
+    recommended: tuple[Recommendation, ...] = ()
+    if kept is not None and affect is not None:
+        pairs = dict.fromkeys((c.algorithm, c.window_ms) for c in candidates)
+        recommended = tuple(
+            recommend(kept, name, window_ms, client_peaks[window_ms], affect)
+            for name, window_ms in pairs
+        )
+    return LogPlan(
+        log, server_time, shard, table_name, planned, top, affect, recommended, client_peaks
+    )
+
+
+def _spread_coarse(
+    planned: tuple[CandidatePlan, ...], kept: KeptTrace | None, resolution_ms: int, n: int
+) -> tuple[CandidatePlan, ...]:
+    """Each candidate whose window the stamps are too coarse for, with `stamps`: its
+    rejected counts as planned and replayed with the stamps spread (when kept)."""
+    spread_times = None
+    out = []
+    for c in planned:
+        window_ms = round(c.window_s * 1000)
+        if not is_coarse(resolution_ms, window_ms):
+            out.append(c)
+            continue
+        again = None
+        if kept is not None:
+            if spread_times is None:
+                spread_times = spread(kept.arrays()[1], resolution_ms)
+            again = replay(kept, c.algorithm, c.limit, window_ms, n, times=spread_times)
+        stamps = Spread(
+            resolution_ms=resolution_ms,
+            rejected=c.rejected,
+            rejected_spread=None if again is None else again.rejected,
+            identities_rejected=c.identities_rejected,
+            identities_rejected_spread=(
+                None if again is None else int(np.count_nonzero(again.rejected_by_code))
+            ),
+        )
+        out.append(dataclasses.replace(c, stamps=stamps))
+    return tuple(out)
 
 
 def _candidates(limits: Sequence[Any], algorithms: Sequence[str]) -> list[_Candidate]:
@@ -287,6 +359,7 @@ def _finish(
     server_time: ServerTimeChoice,
     shard: capacity.Shard,
     top: int,
+    agent_of: Mapping[int, str] | None,
 ) -> CandidatePlan:
     n = len(requests)
     rejected = cand.rejected[:n]
@@ -328,7 +401,41 @@ def _finish(
         peak_identity=str(codes_of.identity(peak_at)) if peaks[peak_at] > 0 else None,
         busiest_affected=busiest,
         redis=redis_plan,
+        rejected_by_hour=tuple(int(h) for h in cand.hours),
+        **_when_and_who(cand, codes_of, requests, rejected, top, agent_of),
     )
+
+
+def _when_and_who(
+    cand: _Candidate,
+    codes_of: Any,
+    requests: np.ndarray,
+    rejected: np.ndarray,
+    top: int,
+    agent_of: Mapping[int, str] | None,
+) -> dict[str, Any]:
+    """A candidate's longest throttled stretches and the identities it rejected most
+    (ties: more requests first, then by name), each list `top` long."""
+    longest, since, until = cand.stretches.longest(len(requests))  # type: ignore[union-attr]
+    names = np.array([str(codes_of.identity(i)) for i in range(len(requests))], dtype=object)
+    throttled = np.flatnonzero(since >= 0)
+    ranked = throttled[np.lexsort((names[throttled], -longest[throttled]))][:top]
+    stretches = tuple(
+        Throttled(
+            names[i], longest[i] / 1000, since[i] / 1000, until[i] / 1000, int(rejected[i]),
+        )  # fmt: skip
+        for i in ranked
+    )
+    hit = np.flatnonzero(rejected > 0)
+    ranked = hit[np.lexsort((names[hit], -requests[hit], -rejected[hit]))][:top]
+    offenders = tuple(
+        Offender(
+            names[i], None if agent_of is None else agent_of.get(int(i)), int(requests[i]),
+            int(rejected[i]), longest[i] / 1000,
+        )  # fmt: skip
+        for i in ranked
+    )
+    return {"longest_throttled": stretches, "offenders": offenders}
 
 
 def _redis_plan(
@@ -415,6 +522,8 @@ def plan_log(
     memory_table: str | Path | pd.DataFrame | None = None,
     bench_record: str | Path | None = None,
     example: bool = False,
+    affect: float | None = 0.01,
+    spread_coarse: bool = True,
 ) -> LogPlan:
     """Plan each candidate of `limits` ("100/min", ...) x `algorithms` on the access log
     at `path`, read once in chunks of `chunk_lines` (see the module docstring for every
@@ -423,23 +532,28 @@ def plan_log(
     `measure` is False (see `choose_server_time`), and sizes shards of
     `shard_memory_bytes` keeping `headroom` free. `top`: how many of the busiest
     identities affected each candidate lists. `example` marks the lab's
-    example log in the report. LogFormatError (a ValueError) for a file that is not a
-    log or holds no request; ValueError for bad options."""
+    example log in the report. `affect`: the share of clients a recommended limit may
+    affect (None: no recommendation); `spread_coarse`: see `plan_trace`.
+    LogFormatError (a ValueError) for a file that is not a log or holds no request;
+    ValueError for bad options."""
     from .. import accesslog
 
     limits = list(limits)
     for spec in limits:
         _candidate_limit(spec)  # bad limits fail before the log is read
+    options = dict(format=format, identity=identity, cost=cost, time=time)
     reader = accesslog.LogReader(
-        path,
-        format=format,
-        identity=identity,
-        cost=cost,
-        time=time,
-        chunk_lines=chunk_lines,
-        reorder_s=reorder_s,
-        progress=progress,
+        path, **options, chunk_lines=chunk_lines, reorder_s=reorder_s, progress=progress
     )
+    if reader.format == "combined":  # the offenders are named with their user agent
+        reader = accesslog.LogReader(
+            path,
+            **options | {"format": reader.format},
+            fields=("agent",),
+            chunk_lines=chunk_lines,
+            reorder_s=reorder_s,
+            progress=progress,
+        )
 
     def describe() -> dict[str, Any]:
         return {
@@ -455,7 +569,8 @@ def plan_log(
         return plan_trace(
             reader, limits, algorithms, redis_url=redis_url, measure=measure, headroom=headroom,
             shard_memory_bytes=shard_memory_bytes, top=top, memory_table=memory_table,
-            bench_record=bench_record, describe=describe,
+            bench_record=bench_record, describe=describe, affect=affect,
+            spread_coarse=spread_coarse,
         )  # fmt: skip
     except _NoRequests:
         summary = reader.problems.summary()

@@ -47,6 +47,19 @@ def _duration(seconds: float) -> str:
     return " ".join(parts[:2]) or "0 s"
 
 
+def _window(window_ms: int) -> str:
+    if window_ms < 1000 or window_ms % 1000:
+        return f"{window_ms} ms"
+    return _duration(window_ms / 1000)
+
+
+def _resolution(resolution_ms: int) -> str:
+    from .resolution import resolution_text
+
+    text = resolution_text(resolution_ms)
+    return f"{text} or finer" if resolution_ms == 1 else text
+
+
 def _or_dash(value: Any) -> str:
     return "-" if value is None else str(value)
 
@@ -89,13 +102,132 @@ def _busiest(plan: LogPlan) -> list[str]:
     return out
 
 
+def _recommended(plan: LogPlan) -> list[str]:
+    """Per window and algorithm, the spread of per-client peaks and the smallest limit
+    that affects at most the given share of clients."""
+    if not plan.recommended or plan.affect is None:
+        return []
+    from .recommend import PERCENTILES, percentile_key
+
+    out = [
+        "",
+        f"Recommended: the smallest limit per window that rejects (or refuses) at most "
+        f"{plan.affect:.2%} of clients; per-client peaks: each client's most requested cost "
+        "in one rolling window",
+    ]
+    names = [percentile_key(q) for q in PERCENTILES] + ["max"]
+    rows = [["window", "algorithm", *(n.replace("_", ".") for n in names), "limit",
+             "clients affected", "share", "requests rejected"]]  # fmt: skip
+    for r in plan.recommended:
+        rows.append([
+            _window(r.window_ms), r.label,
+            *(f"{r.percentiles[n]:,}" for n in names), r.limit_text,
+            f"{r.identities_affected:,} of {r.identities:,}",
+            _pct(r.identities_affected, r.identities), _pct(r.rejected + r.refused, r.requests),
+        ])  # fmt: skip
+    return out + ["  " + line for line in _columns(rows, right=range(2, len(rows[0])))]
+
+
+def _stamps(plan: LogPlan) -> list[str]:
+    """The candidates whose window the stamps are too coarse for, rejected as planned
+    and with the stamps spread within their unit."""
+    from .resolution import COARSE_SHARE, resolution_text
+
+    coarse = [c for c in plan.candidates if c.stamps is not None]
+    if not coarse:
+        return []
+    unit = resolution_text(plan.log.resolution_ms)
+    out = [
+        "",
+        f"Timestamps: the log stamps its requests every {unit}, coarser than 1/{COARSE_SHARE} "
+        "of these windows, which can move the result. Each candidate as planned, and "
+        f"replayed with each stamp's requests spread evenly over its {unit}:",
+    ]
+    rows = [["limit", "algorithm", "rejected", "(spread)", "identities rejected", "(spread)"]]
+    for c in coarse:
+        s = c.stamps
+        assert s is not None
+        rows.append([
+            c.limit_text, c.label, f"{s.rejected:,}", _paren(s.rejected_spread),
+            f"{s.identities_rejected:,}", _paren(s.identities_rejected_spread),
+        ])  # fmt: skip
+    return out + ["  " + line for line in _columns(rows, right=(2, 3, 4, 5))]
+
+
+def _paren(value: int | None) -> str:
+    return "(not replayed)" if value is None else f"({value:,})"
+
+
+def _short(c: CandidatePlan) -> str:
+    return f"{c.limit_text} {c.algorithm}"
+
+
+def _when(plan: LogPlan) -> list[str]:
+    """Rejected requests per UTC hour of day, one column per candidate."""
+    hurt = [c for c in plan.candidates if c.rejected]
+    if not hurt:
+        return []
+    rows = [["hour (UTC)", *(_short(c) for c in hurt)]]
+    for hour in range(24):
+        if any(c.rejected_by_hour[hour] for c in hurt):
+            rows.append([f"{hour:02d}:00", *(f"{c.rejected_by_hour[hour]:,}" for c in hurt)])
+    out = ["", "When requests are rejected, by hour of day (UTC; hours with none left out)"]
+    return out + ["  " + line for line in _columns(rows, right=range(1, len(rows[0])))]
+
+
+def _throttled(plan: LogPlan) -> list[str]:
+    """Per candidate, the longest throttled stretch and whose."""
+    hurt = [c for c in plan.candidates if c.longest_throttled]
+    if not hurt:
+        return []
+    rows = [["limit", "algorithm", "longest", "identity", "from", "until"]]
+    for c in hurt:
+        t = c.longest_throttled[0]
+        rows.append([
+            c.limit_text, c.label, _span(t.seconds), t.identity, _utc(t.since) or "-",
+            _utc(t.until) or "-",
+        ])  # fmt: skip
+    out = [
+        "",
+        "Longest throttled stretch: from a client's first rejected request to its next "
+        "admitted one, or one window after its last rejected one if that comes first",
+    ]
+    return out + ["  " + line for line in _columns(rows, right=(2,))]
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds < 60 else _duration(seconds)
+
+
+def _offenders(plan: LogPlan) -> list[str]:
+    """Per candidate, the identities it rejects most, with their user agent."""
+    out: list[str] = []
+    for c in plan.candidates:
+        if not c.offenders:
+            continue
+        agents = any(o.agent is not None for o in c.offenders)
+        rows = [["identity", "requests", "rejected", "longest throttled"]
+                + ["user agent"] * agents]  # fmt: skip
+        for o in c.offenders:
+            row = [o.identity, f"{o.requests:,}", f"{o.rejected:,}", _span(o.longest_throttled_s)]
+            rows.append(row + [_clip(o.agent or "-")] * agents)
+        out += ["", f"Rejected most by {c.limit_text} ({c.label})"]
+        out += ["  " + line for line in _columns(rows, right=(1, 2, 3))]
+    return out
+
+
+def _clip(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _render(plan: LogPlan, *, problems: bool) -> str:
     log = plan.log
     where = "the lab's example log (synthetic traffic)" if log.example else log.path
     out = [
         f"Plan for {where}: format {log.format}, identity: {log.identity_field}, cost: {log.cost}",
         f"  {log.requests:,} requests from {log.identities:,} identities, "
-        f"{_utc(log.start)} to {_utc(log.end)} ({_duration(log.duration_s)})",
+        f"{_utc(log.start)} to {_utc(log.end)} ({_duration(log.duration_s)}), "
+        f"stamped every {_resolution(log.resolution_ms)}",
     ]
     if log.where is not None:  # the requests were chosen (`planner.routes`)
         w = log.where
@@ -124,7 +256,12 @@ def _render(plan: LogPlan, *, problems: bool) -> str:
             f"{c.identities_refused:,} identities cost more than the limit: the library refuses "
             "them (ValueError), they are neither admitted nor rejected"
         )
+    out += _stamps(plan)
+    out += _recommended(plan)
     out += _busiest(plan)
+    out += _when(plan)
+    out += _throttled(plan)
+    out += _offenders(plan)
     out += ["", "Redis plan"]
     choice = plan.server_time
     if choice.server_time is not None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,17 +13,23 @@ import numpy as np
 from ratelimit import algorithms as registry
 
 from .. import capacity
+from .recommend import Recommendation
 from .report import _render, _utc
+from .resolution import Spread
 from .servertime import ServerTimeChoice
 
 SCHEMA: Mapping[str, tuple[str, ...]] = {
-    "plan": ("schema", "log", "server_time", "shard", "memory_table", "candidates"),
+    "plan": (
+        "schema", "log", "server_time", "shard", "memory_table", "candidates", "affect",
+        "recommended",
+    ),
     "log": (
         "path", "example", "format", "identity_field", "cost", "requests", "identities",
-        "start_utc", "end_utc", "duration_s", "problems", "where",
+        "start_utc", "end_utc", "duration_s", "problems", "resolution_ms", "where",
     ),
     "problems": (
-        "lines", "parsed", "skipped", "late", "counts", "examples", "late_examples", "summary",
+        "lines", "parsed", "skipped", "late", "partial", "stopped", "counts", "examples",
+        "late_examples", "partial_examples", "summary",
     ),
     "problem_example": ("line", "reason", "excerpt"),
     "server_time": ("kind", "source", "date", "note", "us_per_check"),
@@ -32,7 +39,17 @@ SCHEMA: Mapping[str, tuple[str, ...]] = {
         "rejected_share", "refused", "refused_share", "identities", "identities_rejected",
         "identities_rejected_share", "identities_refused", "peak_admitted",
         "peak_admitted_ratio", "peak_identity", "busiest_affected", "redis",
+        "rejected_by_hour", "longest_throttled", "offenders", "stamps",
     ),
+    "stamps": (
+        "resolution_ms", "rejected", "rejected_spread", "identities_rejected",
+        "identities_rejected_spread",
+    ),
+    "throttled": (
+        "identity", "longest_throttled_s", "throttled_from_utc", "throttled_until_utc",
+        "rejected",
+    ),
+    "offender": ("identity", "agent", "requests", "rejected", "longest_throttled_s"),
     "affected": ("identity", "requests", "rejected", "refused", "peak_admitted"),
     "redis": (
         "keys", "key_lifetime_s", "bytes_per_key", "memory_bytes", "peak_checks_per_s",
@@ -40,6 +57,12 @@ SCHEMA: Mapping[str, tuple[str, ...]] = {
         "shard_checks_per_s", "shards_for_memory", "shards_for_checks", "shards",
         "keys_per_shard",
     ),
+    "recommended": (
+        "algorithm", "label", "window_s", "limit", "limit_text", "window_ms", "affect",
+        "requests", "rejected", "rejected_share", "refused", "refused_share", "identities",
+        "identities_affected", "identities_affected_share", "peaks", "replays",
+    ),
+    "peaks": ("p50", "p90", "p99", "p99_9", "max"),
 }  # fmt: skip
 """The JSON document's field names, per object (see the module docstring)."""
 SCHEMA_VERSION = 1
@@ -54,6 +77,38 @@ class Affected:
     rejected: int
     refused: int  # requests costing more than the limit
     peak_admitted: int
+
+
+@dataclass(frozen=True)
+class Throttled:
+    """One identity's longest throttled stretch under a candidate (`timeline`): from
+    its first rejected request (`since`, Unix s) to `until`; `rejected`: all the
+    identity's rejected requests."""
+
+    identity: str
+    seconds: float
+    since: float
+    until: float
+    rejected: int
+
+    def to_dict(self) -> dict[str, Any]:
+        values = (self.identity, self.seconds, _utc(self.since), _utc(self.until), self.rejected)
+        return dict(zip(SCHEMA["throttled"], values, strict=True))
+
+
+@dataclass(frozen=True)
+class Offender:
+    """One of the identities a candidate rejected most, with its most frequent user
+    agent (None when the trace has no `agent` column)."""
+
+    identity: str
+    agent: str | None
+    requests: int
+    rejected: int
+    longest_throttled_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in SCHEMA["offender"]}
 
 
 @dataclass(frozen=True)
@@ -97,6 +152,10 @@ class CandidatePlan:
     peak_identity: str | None
     busiest_affected: tuple[Affected, ...]
     redis: RedisPlan | None
+    rejected_by_hour: tuple[int, ...] = (0,) * 24  # rejected requests per UTC hour of day
+    longest_throttled: tuple[Throttled, ...] = ()  # the `top` longest stretches
+    offenders: tuple[Offender, ...] = ()  # the `top` identities rejected most
+    stamps: Spread | None = None  # set when the stamps are too coarse for the window
 
     @property
     def label(self) -> str:
@@ -117,6 +176,10 @@ class CandidatePlan:
                 for a in self.busiest_affected
             ],
             "redis": None if self.redis is None else self.redis.to_dict(),
+            "rejected_by_hour": list(self.rejected_by_hour),
+            "longest_throttled": [t.to_dict() for t in self.longest_throttled],
+            "offenders": [o.to_dict() for o in self.offenders],
+            "stamps": None if self.stamps is None else self.stamps.to_dict(),
         }
         return {name: values.get(name, getattr(self, name, None)) for name in SCHEMA["candidate"]}
 
@@ -135,6 +198,7 @@ class LogSummary:
     start: float | None  # Unix seconds of the first and last request
     end: float | None
     problems: Any = None  # accesslog.Problems, or None for a trace in memory
+    resolution_ms: int = 1  # the coarsest of resolution.RESOLUTIONS_MS every stamp fits
     # The filters that chose the requests (`routes`): conditions, requests_read, kept.
     where: Mapping[str, Any] | None = None
 
@@ -147,7 +211,8 @@ class LogSummary:
         if p is None:
             return {
                 "lines": self.requests, "parsed": self.requests, "skipped": 0, "late": 0,
-                "counts": {}, "examples": [], "late_examples": [], "summary": "",
+                "partial": 0, "stopped": "", "counts": {}, "examples": [],
+                "late_examples": [], "partial_examples": [], "summary": "",
             }  # fmt: skip
 
         def listed(examples: Iterable[tuple[int, str, str]]) -> list[dict[str, Any]]:
@@ -161,9 +226,12 @@ class LogSummary:
             "parsed": int(p.parsed),
             "skipped": int(p.skipped),
             "late": int(p.late),
+            "partial": int(p.partial),
+            "stopped": str(p.stopped),
             "counts": {str(k): int(v) for k, v in p.counts.items()},
             "examples": listed(p.examples),
             "late_examples": listed(getattr(p, "late_examples", ())),
+            "partial_examples": listed(p.partial_examples),
             "summary": p.summary(),
         }
 
@@ -199,6 +267,11 @@ class LogPlan:
     memory_table: str
     candidates: tuple[CandidatePlan, ...]
     top: int = 10  # how many of the busiest affected identities each candidate lists
+    affect: float | None = None  # the share of clients a recommended limit may affect
+    recommended: tuple[Recommendation, ...] = ()  # per algorithm and window planned
+    # Per window (ms), each identity's most requested cost in one rolling window, by
+    # identity code: what the recommendations and `plots.peaks_figure` read.
+    client_peaks: Mapping[int, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """One JSON-able document (plain Python values); field names in `SCHEMA` and
@@ -216,6 +289,8 @@ class LogPlan:
             },
             "memory_table": self.memory_table,
             "candidates": [c.to_dict() for c in self.candidates],
+            "affect": self.affect,
+            "recommended": [r.to_dict() for r in self.recommended],
         }
         return _plain({name: values[name] for name in SCHEMA["plan"]})
 

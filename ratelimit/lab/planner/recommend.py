@@ -1,0 +1,235 @@
+"""Which limit to pick: the spread of per-client peaks in one window, and the smallest
+limit that affects at most a given share of clients (`Recommendation`), verified by
+replaying the kept requests (`KeptTrace`) with the compiled replayers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ratelimit import algorithms as registry
+from ratelimit import validation
+
+PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+"""The percentiles of per-client peaks a recommendation reports (and `max`)."""
+_REPLAY_ROWS = 1 << 20  # one replay's decisions are made this many rows at a time
+
+
+def percentile_key(q: float) -> str:
+    """The name of percentile `q` in the JSON: "p50", "p99_9"."""
+    return "p" + f"{q:g}".replace(".", "_")
+
+
+def peak_percentiles(peaks: np.ndarray) -> dict[str, int]:
+    """p50 .. p99.9 and max of per-client peaks: observed values (the smallest peak
+    with at least q% of clients at or below it), 0 for no clients."""
+    if len(peaks) == 0:
+        return {**{percentile_key(q): 0 for q in PERCENTILES}, "max": 0}
+    values = np.percentile(peaks, PERCENTILES, method="inverted_cdf")
+    found = {percentile_key(q): int(v) for q, v in zip(PERCENTILES, values, strict=True)}
+    return {**found, "max": int(peaks.max())}
+
+
+def parse_affect(text: str) -> float:
+    """A share of clients as written: "1%" or "0.01" -> 0.01; from 0 to below 1."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 1:
+        raise ValueError(
+            f"the share of clients to affect must be from 0 to below 100%, e.g. 1% or 0.01, "
+            f"got {text!r}"
+        )
+    return value
+
+
+class KeptTrace:
+    """The requests of a plan, kept compactly (identity code, whole-ms time and cost,
+    20 bytes a request) in the order they were decided, to replay other limits on."""
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._joined: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def add(self, codes: np.ndarray, times: np.ndarray, costs: np.ndarray) -> None:
+        self._parts.append((codes.astype(np.int32), times.astype(np.int64), costs.astype(np.int64)))
+        self._joined = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(codes, times_ms, costs), every request in decision order."""
+        if self._joined is None:
+            parts = self._parts or [(np.zeros(0, np.int32), np.zeros(0, np.int64),
+                                     np.zeros(0, np.int64))]  # fmt: skip
+            self._joined = tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[assignment]
+            self._parts = [self._joined]  # type: ignore[list-item]
+        return self._joined  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One limit replayed on a kept trace."""
+
+    limit: int
+    rejected: int  # requests the limiter rejected
+    refused: int  # requests costing more than the limit (never checked)
+    identities_affected: int  # identities rejected or refused at least once
+    rejected_by_code: np.ndarray  # per identity code
+
+
+def replay(
+    trace: KeptTrace,
+    algorithm: str,
+    limit: int,
+    window_ms: int,
+    identities: int,
+    times: np.ndarray | None = None,
+) -> Outcome:
+    """Decide every kept request under `limit` per `window_ms` with `algorithm`'s
+    compiled replayer, in the kept order (at `times` instead of the kept times when
+    given)."""
+    from .. import fastreplay
+
+    codes, kept_times, costs = trace.arrays()
+    times = kept_times if times is None else times
+    model = registry.get(algorithm).build("reference", window_ms=window_ms, limit=limit)
+    replayer = fastreplay.Replayer.for_model(model)
+    fits = costs <= replayer.max_cost
+    refused_by = np.bincount(codes[~fits], minlength=identities)
+    rejected_by = np.zeros(identities, dtype=np.int64)
+    c, t, k = codes[fits], times[fits], costs[fits]
+    for at in range(0, len(c), _REPLAY_ROWS):
+        part = slice(at, at + _REPLAY_ROWS)
+        allowed = replayer.decide(c[part], t[part], k[part])[0]
+        rejected_by += np.bincount(c[part][~allowed], minlength=identities)
+    affected = int(np.count_nonzero((rejected_by > 0) | (refused_by > 0)))
+    return Outcome(limit, int(rejected_by.sum()), int(refused_by.sum()), affected, rejected_by)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The smallest limit per window for one algorithm that affects (rejects or
+    refuses) at most `affect` of the clients, and the spread of per-client peaks."""
+
+    algorithm: str
+    window_ms: int
+    affect: float  # the share of clients allowed to be affected
+    limit: int
+    requests: int
+    rejected: int
+    refused: int
+    identities: int
+    identities_affected: int
+    percentiles: dict[str, int]  # p50 .. p99_9, max of per-client peaks
+    replays: int  # limits replayed to find it
+
+    @property
+    def label(self) -> str:
+        return registry.get(self.algorithm).label
+
+    @property
+    def limit_text(self) -> str:
+        from .limits import format_limit
+
+        return format_limit(self.limit, self.window_ms / 1000)
+
+    def to_dict(self) -> dict[str, Any]:
+        from .results import SCHEMA
+
+        values = {
+            "window_s": self.window_ms / 1000,
+            "limit_text": self.limit_text,
+            "label": self.label,
+            "rejected_share": self.rejected / self.requests if self.requests else 0.0,
+            "refused_share": self.refused / self.requests if self.requests else 0.0,
+            "identities_affected_share": (
+                self.identities_affected / self.identities if self.identities else 0.0
+            ),
+            "peaks": dict(self.percentiles),
+        }
+        return {name: values.get(name, getattr(self, name, None)) for name in SCHEMA["recommended"]}
+
+
+def smallest_limit(
+    affected: Callable[[int], int], allowed: int, start: int, high: int
+) -> tuple[int, int]:
+    """The smallest limit L >= 1 with affected(L) <= allowed, by bisection (affected is
+    non-increasing in L), starting from the bracket [1, high] (high doubled until it
+    qualifies) and trying `start` first. Returns (L, evaluations)."""
+    seen: dict[int, int] = {}
+
+    def ask(limit: int) -> int:
+        if limit not in seen:
+            seen[limit] = affected(limit)
+        return seen[limit]
+
+    high = max(1, min(high, validation.MAX_LIMIT))
+    while ask(high) > allowed:
+        if high >= validation.MAX_LIMIT:
+            raise ValueError(f"no limit up to {validation.MAX_LIMIT} affects so few clients")
+        high = min(2 * high, validation.MAX_LIMIT)
+    low = 0  # affected(low) > allowed, or low == 0 (no limit below 1)
+    if 1 <= start <= high:
+        if ask(start) <= allowed:
+            high = start
+            if start == 1 or ask(start - 1) > allowed:
+                return start, len(seen)
+        else:
+            low = start
+    while high - low > 1:
+        middle = (low + high) // 2
+        if ask(middle) <= allowed:
+            high = middle
+        else:
+            low = middle
+    return high, len(seen)
+
+
+def recommend(
+    trace: KeptTrace,
+    algorithm: str,
+    window_ms: int,
+    demand_peaks: np.ndarray,
+    affect: float,
+) -> Recommendation:
+    """The recommendation for one algorithm and window. `demand_peaks`: per identity
+    code, the most cost it requested in one rolling window (t - W, t].
+
+    For the sliding log, an identity is affected under L exactly when its demand peak
+    exceeds L (until its first rejection every request was admitted, so the log held
+    its demand), so the answer is read from the sorted peaks; it is the search's
+    starting guess for every algorithm, and every answer is replayed: L qualifies and
+    L - 1 does not (both decided by the compiled replayer)."""
+    n = len(demand_peaks)
+    allowed = math.floor(affect * n + 1e-9)
+    ordered = np.sort(demand_peaks)[::-1]
+    from_peaks = int(ordered[allowed]) if allowed < n else 1
+    from_peaks = max(from_peaks, 1)
+    outcomes: dict[int, Outcome] = {}
+
+    def affected(limit: int) -> int:
+        outcomes[limit] = replay(trace, algorithm, limit, window_ms, n)
+        return outcomes[limit].identities_affected
+
+    high = max(int(ordered[0]) if n else 1, 1)
+    limit, replays = smallest_limit(affected, allowed, from_peaks, high)
+    found = outcomes[limit]
+    codes, _, costs = trace.arrays()
+    return Recommendation(
+        algorithm=registry.get(algorithm).name,
+        window_ms=window_ms,
+        affect=affect,
+        limit=limit,
+        requests=len(codes),
+        rejected=found.rejected,
+        refused=found.refused,
+        identities=n,
+        identities_affected=found.identities_affected,
+        percentiles=peak_percentiles(demand_peaks),
+        replays=replays,
+    )
