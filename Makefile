@@ -80,7 +80,8 @@ help:
 	@echo "make test-eager    the same tests on Python $(EAGER_PYTHON) with asyncio.eager_task_factory on every event loop"
 	@echo "make run     execute notebooks/[0-9]*.ipynb into $(EXECUTED_DIR)/ and build the book $(REPORT_DIR)/ (tracked files untouched)"
 	@echo "make refresh execute chapters in place, refreshing their outputs, records, table and gallery, then the README parts made from the records (CHAPTERS=... for some)"
-	@echo "make plan    chapter 8 on your access log: LOG=access.log LIMIT=100/min [IDENTITY=user FORMAT=clf], into $(PLAN_DIR)/ (notebook and HTML)"
+	@echo "make plan    chapter 8 on your access log: LOG=access.log LIMIT=100/min [IDENTITY=user FORMAT=clf], into $(PLAN_DIR)/ (notebook and HTML;"
+	@echo "            clients are counted by address unless IDENTITY names a field)"
 	@echo "make lab     start JupyterLab on notebooks/"
 	@echo "make serve   run the demo API (ratelimit.demo) on 127.0.0.1:$(SERVE_PORT), docs at /docs; REDIS_URL picks a real Redis"
 	@echo "make bench   run python -m bench; BENCH_ARGS=... is passed on"
@@ -201,16 +202,13 @@ run: setup
 	@mkdir -p notebooks
 	$(VPY) tools/book.py --execute-into $(EXECUTED_DIR) --src $(BOOK_SRC) --out $(REPORT_DIR) $(NOTEBOOKS)
 
-# plan: chapter 8 ("Your traffic") run by papermill on another log, its parameters cell filled from
-# LOG, LIMIT, IDENTITY and FORMAT; the executed notebook and its HTML land in $(PLAN_DIR)/.
+# plan: chapter 8 ("Your traffic") on another log (tools/plan_page.py): LOG, LIMIT, IDENTITY and FORMAT
+# checked, then filled into its parameters cell (papermill); the executed notebook and its HTML
+# land in $(PLAN_DIR)/. Any failure is one line on stderr naming the cause.
 plan: export RATELIMIT_PROGRESS = 0
 plan: setup
-	@mkdir -p $(PLAN_DIR)
-	cd notebooks && $(CURDIR)/$(VPY) -m papermill --cwd . 08_your_traffic.ipynb $(abspath $(PLAN_DIR))/08_your_traffic.ipynb \
-	  -p LIMIT "$(LIMIT)" $(if $(LOG),-p LOG "$(abspath $(LOG))") $(if $(IDENTITY),-p IDENTITY "$(IDENTITY)") \
-	  $(if $(FORMAT),-p FORMAT "$(FORMAT)")
-	jupyter nbconvert --to html --no-input $(PLAN_DIR)/08_your_traffic.ipynb
-	@echo "make plan: $(PLAN_DIR)/08_your_traffic.html"
+	@$(VPY) tools/plan_page.py --out "$(PLAN_DIR)" --limit "$(LIMIT)" $(if $(LOG),--log "$(LOG)") \
+	  $(if $(IDENTITY),--identity "$(IDENTITY)") $(if $(FORMAT),--format "$(FORMAT)")
 
 # lab: JupyterLab on notebooks/, bound to loopback; jupyter prints the URL with its token.
 lab: setup

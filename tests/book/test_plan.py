@@ -49,16 +49,16 @@ def test_the_parameters_cell_is_tagged_for_papermill():
         assert f"\n{name} = " in f"\n{source}"
 
 
-def test_make_plan_passes_the_log_and_limit_to_papermill(tmp_path):
+def test_make_plan_passes_the_log_and_limit_to_its_tool(tmp_path):
     log = tmp_path / "access.log"
     dry = subprocess.run(
         ["make", "-n", "plan", f"LOG={log}", "LIMIT=30/min", "IDENTITY=api_key"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
-    command = dry.stdout
-    assert "papermill" in command and "08_your_traffic.ipynb" in command
-    assert f'-p LOG "{log}"' in command and '-p LIMIT "30/min"' in command
-    assert '-p IDENTITY "api_key"' in command and "nbconvert --to html" in command
+    command = dry.stdout  # tools/plan_page.py runs papermill, then writes the HTML
+    assert "tools/plan_page.py" in command
+    assert f'--log "{log}"' in command and '--limit "30/min"' in command
+    assert '--identity "api_key"' in command and "--format" not in command
 
 
 @pytest.mark.timeout(600)

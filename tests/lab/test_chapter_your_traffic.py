@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 from ratelimit import sync  # noqa: E402
 from ratelimit.backends import connect_sync  # noqa: E402
 from ratelimit.clock import ManualClock  # noqa: E402
-from ratelimit.lab import planner, reference, samplelog  # noqa: E402
+from ratelimit.lab import accesslog, planner, reference, samplelog  # noqa: E402
 from ratelimit.lab.chapters import your_traffic as yt  # noqa: E402
 from ratelimit.lab.simulation import replay  # noqa: E402
 
@@ -201,3 +201,64 @@ def test_split_networks_finds_the_rotating_client_and_the_planners_difference(ex
         plan = planner.plan_trace(by_host, ["100/min"], ["log"], server_time=server)
         rejected[prefix] = plan.candidates[0].rejected
     assert split["escaped"].sum() == rejected[64] - rejected[128]
+
+
+def _clf(path, rows: list[tuple[str, int]]) -> None:
+    """A Common Log Format file written at UTC+05:30: (client, second after the start)."""
+    lines = [
+        f'{who} - - [{1 + t // 86_400:02d}/Jun/2026:{10 + t // 3600 % 24:02d}:'
+        f'{t // 60 % 60:02d}:{t % 60:02d} +0530] "GET /a HTTP/1.1" 200 12'
+        for who, t in rows
+    ]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_real_log_counts_clients_by_address_and_is_described_as_itself(tmp_path):
+    log = tmp_path / "edge.log"
+    rows = [("gw.example.net", 0), ("192.0.2.7", 5), ("gw.example.net", 61), ("192.0.2.7", 3599)]
+    _clf(log, rows)
+    trace, problems = yt.load(log)  # no identity named: the client field, host names too
+    assert sorted(trace["identity"].unique()) == ["192.0.2.7", "gw.example.net"]
+    name, origin, kinds = yt.describe(log, trace, problems, example=False, identity=None)
+    assert name == "edge.log" and kinds == ""  # nothing skipped, nothing to explain
+    # 10:00:00 at +05:30 is 04:30:00 UTC; the last line an hour less a second later.
+    assert origin == (
+        "edge.log holds requests from 2026-06-01 04:30:00 to 2026-06-01 05:29:59 UTC, "
+        "from 2 clients counted by client address."
+    )
+    log.write_text(log.read_text() + "upstream timed out\n")
+    trace, problems = yt.load(log)
+    _, _, kinds = yt.describe(log, trace, problems, example=False, identity=None)
+    assert problems.skipped == 1 and kinds == ", each skipped and counted by reason above"
+    # Host names are clients of their own when the exercise splits networks: nothing escapes.
+    assert yt.split_networks(log, "1/min").empty
+
+
+def test_a_log_with_no_request_to_plan_says_why_in_one_line(tmp_path):
+    log = tmp_path / "edge.log"
+    _clf(log, [("192.0.2.7", t) for t in range(5)])
+    with pytest.raises(accesslog.LogFormatError) as refused:
+        yt.load(log, identity="user")  # "-" on every line
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("no requests to plan in edge.log: ")
+    assert "5 of 5 lines skipped" in message and "no identity" in message
+
+
+def test_the_example_is_described_with_its_own_servers_offsets(example):
+    log, trace, problems, _ = example
+    name, origin, kinds = yt.describe(log, trace, problems, example=True, identity="user")
+    assert name == "the lab's example log"
+    assert all(offset in origin for offset in yt.example_offsets())
+    assert "a date that does not exist" in kinds
+
+
+def test_what_fills_names_what_each_algorithm_runs_out_of(example):
+    _, _, _, plan = example
+    crossings = yt.shard_crossings(plan, "100/min")
+    text = yt.what_fills(crossings)
+    first = crossings.iloc[0]
+    assert text.endswith(f"the {first['label']}'s keys then hold {first['memory then']}")
+    mixed = crossings.assign(**{"needed for": ["checks"] + ["memory"] * (len(crossings) - 1)})
+    text = yt.what_fills(mixed)
+    assert f"the {mixed['label'].iloc[0]} run out of checks first" in text
+    assert ", ".join(mixed["label"].iloc[1:]) + " run out of memory first" in text

@@ -14,7 +14,11 @@ traffic grows, and estimates what the rejection near-cache and `check_many` woul
     your_traffic.shard_crossings(plan, "100/min")    # the growth that needs a second shard
     your_traffic.remove_example_logs()               # the example's temporary folder, gone
 
-`make plan LOG=access.log LIMIT=100/min` runs the notebook on another log into build/plan/.
+`make plan LOG=access.log LIMIT=100/min` runs the notebook on another log into build/plan/
+(tools/plan_page.py). Its clients are then counted by address unless `IDENTITY=` names a
+field (the example log alone counts its API keys, the user field), and the prose about
+the log (`describe`, `what_fills`) is computed from the log read: only what is true of it.
+A log with no request to plan stops `load` with one line saying why.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ __all__ = [
     "batching",
     "demand",
     "demand_figure",
+    "describe",
     "example_log",
     "example_offsets",
     "finer_sweep",
@@ -78,6 +83,7 @@ __all__ = [
     "split_networks",
     "sweep_figure",
     "sweep_table",
+    "what_fills",
 ]
 
 GROWTH = tuple(float(10 ** (k / 40)) for k in range(0, 201))
@@ -131,8 +137,54 @@ def load(
     ipv6_prefix: int = 64,
 ) -> tuple[pd.DataFrame, accesslog.Problems]:
     """The log as a trace table (sorted by time) and the report of its bad lines; IPv6
-    client addresses count per `ipv6_prefix` network (128: each address on its own)."""
-    return accesslog.read(log, format=format, identity=identity, cost=cost, ipv6_prefix=ipv6_prefix)
+    client addresses count per `ipv6_prefix` network (128: each address on its own).
+    A log without a single request raises `accesslog.LogFormatError` saying why its lines
+    were skipped."""
+    trace, problems = accesslog.read(
+        log, format=format, identity=identity, cost=cost, ipv6_prefix=ipv6_prefix
+    )
+    if trace.empty:  # nothing to plan: say why in one line rather than fail further on
+        why = problems.summary().splitlines()[0] if problems.lines else "it is empty"
+        raise accesslog.LogFormatError(f"no requests to plan in {Path(log).name}: {why}")
+    return trace, problems
+
+
+def describe(
+    log: str | Path,
+    trace: pd.DataFrame,
+    problems: accesslog.Problems,
+    *,
+    example: bool,
+    identity: str | None,
+) -> tuple[str, str, str]:
+    """Three pieces of the chapter's prose about the log it read, true of that log: its
+    name, a sentence on where its requests come from, and the clause after "N are bad"
+    (empty when none is)."""
+    if example:
+        offsets = example_offsets()
+        origin = (
+            "The example holds two servers' logs merged in the order requests finished, one "
+            f"server writing its times at {offsets[0]} and the other at {offsets[1]}: the "
+            "reader puts them back in time order."
+        )
+        kinds = (
+            ", of the kinds real logs have: a line cut short by another writer, a date that "
+            "does not exist, a proxy's error message in the middle of the log, and a last "
+            "line cut off mid-way"
+        )
+        return "the lab's example log", origin, kinds
+    name = Path(log).name
+    first, last = (
+        pd.Timestamp(float(t), unit="s").strftime("%Y-%m-%d %H:%M:%S")
+        for t in (trace["time"].min(), trace["time"].max())
+    )
+    who = f"the field {identity!r}" if identity else "client address"
+    origin = (
+        f"{name} holds requests from {first} to {last} UTC, from "
+        f"{trace['identity'].nunique():,} clients counted by {who}."
+    )
+    kinds = "" if not problems.skipped else ", each skipped and counted by reason above"
+    return name, origin, kinds
 
 
 def overview(trace: pd.DataFrame, problems: accesslog.Problems) -> pd.Series:
@@ -302,8 +354,7 @@ def split_networks(
         trace, _ = load(log, format=format, identity=address, cost=cost, ipv6_prefix=prefix)
         model = reference.SlidingWindowLimiter(limit=limit, window_ms=round(window_s * 1000))
         decided = replay(trace, model, progress=False)
-        # A /64 identity is its network already; an address is mapped to its own.
-        network = decided["identity"].map(lambda who: who if "/" in who else address_identity(who))
+        network = decided["identity"].map(_network)
         by = decided.assign(network=network, refused=~decided["allowed"])
         rejected[prefix] = by.groupby("network").agg(
             addresses=("identity", "nunique"), rejected=("refused", "sum")
@@ -319,6 +370,18 @@ def split_networks(
     table["escaped"] = table["rejected per /64"] - table["rejected per address"]
     table.index.name = "client (/64 network or IPv4 address)"
     return table[table["escaped"] != 0].sort_values("escaped", ascending=False)
+
+
+def _network(who: str) -> str:
+    """The /64 network an identity of `split_networks` belongs to: a /64 identity is one
+    already, an address maps to its own, and a host name (logged instead of an address)
+    stays a client of its own."""
+    if "/" in who:
+        return who
+    try:
+        return address_identity(who)
+    except ValueError:
+        return who
 
 
 # ---------------------------------------------------------------- the sweep and the plan
@@ -520,6 +583,20 @@ def shard_crossings(
             }
         )
     return pd.DataFrame(rows).sort_values("growth", kind="stable").set_index("algorithm")
+
+
+def what_fills(crossings: pd.DataFrame) -> str:
+    """A clause for the chapter: what each algorithm of `shard_crossings` runs out of
+    first, and the memory of the earliest at that point."""
+    needs = crossings["needed for"]
+    if needs.nunique() == 1:
+        what = f"here every one of them runs out of {needs.iloc[0]} first"
+    else:
+        groups = crossings.groupby("needed for", sort=False)["label"].agg(", ".join)
+        what = "here " + " and ".join(f"the {labels} run out of {need} first"
+                                      for need, labels in groups.items())  # fmt: skip
+    first = crossings.iloc[0]
+    return f"{what}; the {first['label']}'s keys then hold {first['memory then']}"
 
 
 def first_growth_needing(table: pd.DataFrame, shards: int) -> pd.Series:
