@@ -25,6 +25,7 @@ from pathlib import Path
 from ratelimit import algorithms
 
 from . import planner
+from .planner.sources import ENGINES
 
 PROG = "python -m ratelimit.lab"
 DEFAULT_LIMIT = "100/min"
@@ -75,6 +76,12 @@ def _top(text: str) -> int:
     return int(text)
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def _paragraphs(*texts: str) -> str:
     return "\n\n".join(textwrap.fill(text, 79) for text in texts)
 
@@ -84,8 +91,10 @@ def _say(message: str) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    if args.log is not None and args.example:
+    if args.log and args.example:
         args.parser.error("give LOG or --example, not both")
+    if args.engine != "dask" and (args.scheduler is not None or args.workers is not None):
+        args.parser.error("--scheduler and --workers go with --engine dask")
     limits = args.limit or [DEFAULT_LIMIT]
     options = {
         "format": args.format,
@@ -101,7 +110,7 @@ def _plan(args: argparse.Namespace) -> int:
         "bench_record": args.bench_record,
     }
     algos = args.algorithm or list(planner.DEFAULT_ALGORITHMS)
-    if args.log is None or args.example:
+    if not args.log or args.example:
         from . import samplelog
 
         _say(
@@ -114,9 +123,9 @@ def _plan(args: argparse.Namespace) -> int:
         options["cost"] = args.cost or samplelog.example_cost
         with tempfile.TemporaryDirectory(prefix="ratelimit-example-") as folder:
             path = samplelog.write_example(Path(folder) / "example.log")
-            plan = _planned(path, limits, algos, options, example=True)
+            plan = _planned([path], limits, algos, options, example=True, args=args)
     else:
-        plan = _planned(args.log, limits, algos, options, example=False)
+        plan = _planned(args.log, limits, algos, options, example=False, args=args)
     problems = plan.log.problems
     if problems is not None:
         _say(problems.summary())
@@ -130,19 +139,26 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _planned(log, limits, algos, options, *, example: bool) -> planner.LogPlan:
+def _planned(logs, limits, algos, options, *, example: bool, args) -> planner.LogPlan:
     from . import accesslog
+    from .planner import sources
 
-    path = Path(log)
-    if not path.is_file():
-        why = "no such file" if not path.exists() else "not a file"
-        raise _Failed(f"cannot read {log}: {why}")
     try:
-        return planner.plan_log(path, limits, algos, example=example, **options)
+        paths = sources.expand_logs(logs)
+    except ValueError as exc:
+        raise _Failed(str(exc)) from None
+    where = ", ".join(map(str, logs))
+    try:
+        if len(paths) == 1 and args.engine == "local":
+            return planner.plan_log(paths[0], limits, algos, example=example, **options)
+        return sources.plan_logs(
+            paths, limits, algos, example=example, engine=args.engine,
+            scheduler=args.scheduler, workers=args.workers, **options,
+        )  # fmt: skip
     except accesslog.LogFormatError as exc:
         raise _Failed(str(exc)) from None
     except OSError as exc:
-        raise _Failed(f"cannot read {log}: {exc.strerror or exc}") from None
+        raise _Failed(f"cannot read {where}: {exc.strerror or exc}") from None
 
 
 def _example_log(args: argparse.Namespace) -> int:
@@ -194,7 +210,11 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     plan.add_argument(
-        "log", nargs="?", metavar="LOG", help="the access log (default: the example log)"
+        "log",
+        nargs="*",
+        metavar="LOG",
+        help="the access log (default: the example log); several logs or quoted globs "
+        "('logs/access.log*', gzip or not) are planned as one log, merged in time order",
     )
     plan.add_argument(
         "--example", action="store_true", help="plan the lab's example log (the default)"
@@ -282,6 +302,27 @@ def parser() -> argparse.ArgumentParser:
     )
     plan.add_argument(
         "--no-progress", action="store_true", help="no progress bar while reading a long log"
+    )
+    # Many logs, and Dask (ratelimit.lab.planner.sources and .distributed).
+    plan.add_argument(
+        "--engine",
+        choices=list(ENGINES),
+        default="local",
+        help="where to replay: local (this process) or dask (identities spread over a "
+        "Dask cluster's workers; the same plan) (default: %(default)s)",
+    )
+    plan.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="with --engine dask: the scheduler of an existing cluster, e.g. "
+        "tcp://10.0.0.5:8786 (default: a local cluster started for this plan)",
+    )
+    plan.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="with --engine dask and no --scheduler: the local cluster's worker processes "
+        "(default: the CPUs, at most 4)",
     )
     plan.set_defaults(run=_plan, parser=plan)
 

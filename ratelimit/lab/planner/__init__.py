@@ -67,7 +67,8 @@ each identity's last window (and the `windowpeaks.WindowPeaks` reorder margin): 
 grows with the identities and with what one window holds, never with the log's length.
 
 Modules: `limits` (reading "100/min"), `servertime` (`choose_server_time`), `measures`
-(keys alive at once), `planning` (`plan_trace`, `plan_log`), `results` (the dataclasses
+(keys alive at once), `planning` (`plan_trace`, `plan_log`), `sources` (many logs
+as one: `plan_logs`), `distributed` (the same plan on Dask), `results` (the dataclasses
 and `SCHEMA`), `report` (`LogPlan.table`).
 
 JSON document (`LogPlan.to_dict()`, `plan --json OUT`); the field names of each
@@ -109,6 +110,7 @@ from .servertime import (
     default_bench_record,
     default_memory_table,
 )
+from .sources import plan_logs
 
 __all__ = [
     "DEFAULT_ALGORITHMS",
@@ -126,5 +128,6 @@ __all__ = [
     "format_limit",
     "parse_limit",
     "plan_log",
+    "plan_logs",
     "plan_trace",
 ]
