@@ -22,10 +22,12 @@ summed and accumulated give the most keys alive at once; and its checks per
 millisecond, which the client replays through the same rolling-second `WindowPeaks`
 the local engine uses. Memory per key then follows as in `plan_trace`.
 
-Memory: the cluster holds the requests of the logs (about 40 bytes a request plus its
-identity) between the two rounds; the client, one record per identity and candidate,
-as the local engine. Workers must run this package (the same version) and read the
-logs at the same paths: on an existing cluster, a shared file system.
+Memory: the cluster holds the requests of the logs (about 60 bytes a request, plus
+each file's identity names) between the two rounds; the client, one record per
+identity and candidate, as the local engine. Reading is spread by file (a gzip file
+cannot be split), so a log set should hold at least as many files as there are
+workers. Workers must run this package (the same version) and read the logs at the
+same paths as the client: on an existing cluster, a shared file system.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ import pandas as pd
 from ratelimit import validation
 
 from .. import capacity
-from .measures import _grown
 from .planning import (
     _CHECK_WINDOW_MS,
     _Candidate,
@@ -67,16 +68,30 @@ def partition_of(identities: np.ndarray, partitions: int) -> np.ndarray:
     return (hashed % np.uint64(partitions)).astype(np.int64)
 
 
+_Piece = tuple[KeyedRows, np.ndarray]
+"""One file's rows of one partition: `identity` holds codes into the names given."""
+
+
 def _read_file(
     path: str, file: int, partitions: int, options: Mapping[str, Any]
-) -> tuple[list[KeyedRows | None], dict[str, Any]]:
-    """Round 1: one file's requests, per partition, and what its reader found."""
+) -> tuple[list[_Piece | None], dict[str, Any]]:
+    """Round 1: one file's requests, per partition, and what its reader found.
+    Identities travel as small integer codes and one table of names per piece, which
+    costs far less to send between processes than a string per request."""
+    from .. import fastreplay
     from ..accesslog import LogReader
 
     reader = LogReader(path, progress=False, **options)
+    names = fastreplay.Codes()
+    partition = np.zeros(0, dtype=np.int64)  # per code of this file
     parts: list[list[KeyedRows]] = [[] for _ in range(partitions)]
     for rows in keyed_chunks(reader, file):
-        where = partition_of(rows.identity, partitions)
+        known = len(names)
+        rows.identity = names.encode(rows.identity)
+        if len(names) > known:
+            fresh = np.array(names.identities()[known:], dtype=object)
+            partition = np.concatenate((partition, partition_of(fresh, partitions)))
+        where = partition[rows.identity]
         order = np.argsort(where, kind="stable")
         bounds = np.searchsorted(where[order], np.arange(partitions + 1))
         for p in range(partitions):
@@ -87,15 +102,24 @@ def _read_file(
         "identity_field": reader.identity_field,
         "problems": reader.problems,
     }
-    return [KeyedRows.concat(p) if p else None for p in parts], about
+    every = np.array(names.identities(), dtype=object)
+    pieces: list[_Piece | None] = []
+    for found in parts:
+        if not found:
+            pieces.append(None)
+            continue
+        rows = KeyedRows.concat(found)
+        used, rows.identity = np.unique(rows.identity, return_inverse=True)
+        pieces.append((rows, every[used]))
+    return pieces, about
 
 
-def _piece(read: tuple[list[KeyedRows | None], dict[str, Any]], p: int) -> KeyedRows | None:
-    """Partition `p`'s rows of one file read by `_read_file`."""
+def _piece(read: tuple[list[_Piece | None], dict[str, Any]], p: int) -> _Piece | None:
+    """Partition `p`'s piece of one file read by `_read_file`."""
     return read[0][p]
 
 
-def _about(read: tuple[list[KeyedRows | None], dict[str, Any]]) -> dict[str, Any]:
+def _about(read: tuple[list[_Piece | None], dict[str, Any]]) -> dict[str, Any]:
     """What `_read_file`'s reader found."""
     return read[1]
 
@@ -131,7 +155,7 @@ def _summed(stamps: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _replay_partition(
-    pieces: Sequence[KeyedRows | None],
+    pieces: Sequence[_Piece | None],
     limits: Sequence[Any],
     algorithms: Sequence[str],
     chunk_lines: int,
@@ -140,27 +164,27 @@ def _replay_partition(
     replays the whole log; what the client needs to put the plan together."""
     from .. import fastreplay
 
-    found = [p for p in pieces if p is not None and len(p)]
+    found = [p for p in pieces if p is not None and len(p[0])]
     if not found:
         return None
-    rows = KeyedRows.concat(found).merged()
+    codes_of = fastreplay.Codes()  # an identity's code here: when its file first came
+    for rows_, names in found:
+        rows_.identity = codes_of.encode(names)[rows_.identity]
+    rows = KeyedRows.concat([rows_ for rows_, _ in found]).merged()
     del found
-    n = len(rows)
-    codes_of = fastreplay.Codes()
+    n, size = len(rows), len(codes_of)
+    codes = rows.identity.astype(np.int64)
     candidates = _candidates(limits, algorithms)
     fits_of = sorted({c.limit for c in candidates})
-    codes = np.empty(n, dtype=np.int64)
-    requests = np.zeros(0, dtype=np.int64)
+    requests = _count_into(np.zeros(size, dtype=np.int64), codes)
     for lo in range(0, n, chunk_lines):
-        hi = min(n, lo + chunk_lines)
-        part = codes[lo:hi] = codes_of.encode(rows.identity[lo:hi])
-        times, costs = rows.ms[lo:hi], rows.cost[lo:hi].astype(np.int64)
-        requests = _count_into(_grown(requests, len(codes_of)), part)
+        part = codes[lo : lo + chunk_lines]
+        times, costs = rows.ms[lo : lo + chunk_lines], rows.cost[lo : lo + chunk_lines]
+        costs = costs.astype(np.int64)
         fits = {limit: None if costs.max() <= limit else costs <= limit for limit in fits_of}
         for cand in candidates:
-            cand.add(part, times, costs, fits[cand.limit], len(codes_of))
-    size = len(codes_of)
-    _, first = np.unique(codes, return_index=True)  # codes are numbered as first met
+            cand.add(part, times, costs, fits[cand.limit], size)
+    _, first = np.unique(codes, return_index=True)  # every code 0..size-1 occurs
     fitting = {limit: rows.cost <= limit for limit in fits_of}
     # Keys alive, as the local engine counts them: per key lifetime and limit.
     live = {}
