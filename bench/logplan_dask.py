@@ -165,6 +165,7 @@ def run(
             name: {
                 "seconds": statistics.median(m["seconds"] for m in measured),
                 "lines_per_s": lines / statistics.median(m["seconds"] for m in measured),
+                "per_round_seconds": [round(m["seconds"], 2) for m in measured],
                 "fixed_seconds": statistics.median(fixed[name]),
                 "lines_per_s_beyond_fixed": statistics.median(
                     lines / max(m["seconds"] - f, 1e-9)
