@@ -2,7 +2,8 @@
 
 Parts (see each module): checks (floors, our limiters, peers, check_many), sync,
 concurrency, cluster, server cost, memory per key, near-cache, replay, a big access
-log planned end to end (logplan), the limiter's added latency per HTTP request on the
+log planned end to end (logplan), many logs planned as one on the local engine and on
+Dask at one and two workers (dask), the limiter's added latency per HTTP request on the
 multi-worker demo app (http_latency), what the HTTP layer adds per request in process
 against a bare check and the HTTP peers (asgi: http_inprocess) and a soak with API keys
 churning (soak). Uses REDIS_URL, else 127.0.0.1:6379 when it answers, else the embedded
@@ -25,7 +26,7 @@ from . import plot, progress, readme, suite, summary
 
 PARTS = (
     "checks", "sync", "concurrency", "cluster", "cost", "memory", "nearcache", "replay", "logplan",
-    "http", "asgi", "soak",
+    "dask", "http", "asgi", "soak",
 )  # fmt: skip
 
 

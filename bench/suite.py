@@ -33,6 +33,7 @@ from . import (
     http_inprocess,
     http_latency,
     logplan,
+    logplan_dask,
     memory_per_key,
     nearcache,
     progress,
@@ -68,6 +69,11 @@ class Options:
     # tenth its size), with this many distinct API keys
     logplan_lines: int = 50_000_000
     logplan_identities: int = 100_000
+    # dask: a log set of this many lines in this many files, planned by the local engine
+    # and by Dask at one and two workers, in this many interleaved rounds
+    dask_lines: int = 8_000_000
+    dask_files: int = 4
+    dask_rounds: int = 3
     nearcache_rounds: int = 9
     nearcache_checks: int = nearcache.CHECKS_PER_ROUND
     nearcache_trace_s: int = nearcache.TRACE_SECONDS
@@ -98,6 +104,7 @@ class Options:
             "nearcache",
             "replay",
             "logplan",
+            "dask",
             "http",
             "asgi",
             "soak",
@@ -118,6 +125,8 @@ class Options:
             replay_rounds=2,
             logplan_lines=20_000,
             logplan_identities=2_000,
+            dask_lines=20_000,
+            dask_rounds=1,
             nearcache_rounds=2,
             nearcache_checks=300,
             nearcache_trace_s=1,
@@ -287,6 +296,11 @@ def run(options: Options | None = None, url: str | None = "auto") -> dict[str, A
     if "logplan" in o.parts:
         with timer.part("logplan"):
             report["logplan"] = logplan.run(o.logplan_lines, o.logplan_identities)
+    if "dask" in o.parts:
+        with timer.part("dask"):
+            report["dask"] = logplan_dask.run(
+                o.dask_lines, o.dask_files, o.logplan_identities, o.dask_rounds
+            )
     if "http" in o.parts:
         with timer.part("http"):
             report["http"] = http_latency.run(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import http_inprocess
+from . import http_inprocess, logplan_dask
 from .checks import FLOORS
 
 
@@ -100,6 +100,8 @@ def lines(report: dict[str, Any]) -> list[str]:
         out.append(f"same decisions as the model: {r['same_decisions_as_model']}")
     if "logplan" in report:
         out += [""] + _logplan(report["logplan"])
+    if "dask" in report:
+        out += [""] + logplan_dask.summary_lines(report["dask"])
     if "http" in report:
         out += [""] + _http(report["http"])
     if "asgi" in report:

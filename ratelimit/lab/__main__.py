@@ -26,6 +26,7 @@ from typing import Any
 from ratelimit import algorithms
 
 from . import planner
+from .planner.sources import ENGINES
 
 PROG = "python -m ratelimit.lab"
 DEFAULT_LIMIT = "100/min"
@@ -120,6 +121,12 @@ def _export_tables() -> tuple[str, ...]:
     return CSV_TABLES
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def _paragraphs(*texts: str) -> str:
     return "\n\n".join(textwrap.fill(text, 79) for text in texts)
 
@@ -129,7 +136,7 @@ def _say(message: str) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    if args.log is not None and args.example:
+    if args.log and args.example:
         args.parser.error("give LOG or --example, not both")
     if args.route and args.limit:
         args.parser.error("give --limit or --route, not both: each route carries its own limit")
@@ -137,6 +144,8 @@ def _plan(args: argparse.Namespace) -> int:
         from .planner.export import check_figure_path
 
         check_figure_path(args.plot)  # before the log is read
+    if args.engine != "dask" and (args.scheduler is not None or args.workers is not None):
+        args.parser.error("--scheduler and --workers go with --engine dask")
     limits = args.limit or [DEFAULT_LIMIT]
     options = {
         "format": args.format,
@@ -154,7 +163,7 @@ def _plan(args: argparse.Namespace) -> int:
         "spread_coarse": not args.no_spread,
     }
     algos = args.algorithm or list(planner.DEFAULT_ALGORITHMS)
-    if args.log is None or args.example:
+    if not args.log or args.example:
         from . import samplelog
 
         _say(
@@ -167,9 +176,9 @@ def _plan(args: argparse.Namespace) -> int:
         options["cost"] = args.cost or samplelog.example_cost
         with tempfile.TemporaryDirectory(prefix="ratelimit-example-") as folder:
             path = samplelog.write_example(Path(folder) / "example.log")
-            plan = _planned(path, limits, algos, options, example=True, chosen=_chosen(args))
+            plan = _planned([path], limits, algos, options, example=True, args=args)
     else:
-        plan = _planned(args.log, limits, algos, options, example=False, chosen=_chosen(args))
+        plan = _planned(args.log, limits, algos, options, example=False, args=args)
     problems = plan.log.problems if isinstance(plan, planner.LogPlan) else plan.log["problems"]
     if problems:
         _say(problems if isinstance(problems, str) else problems.summary())
@@ -218,28 +227,38 @@ def _export(plan: Any, args: argparse.Namespace) -> None:
         raise _Failed(f"cannot write {exc.filename or args.csv}: {exc.strerror or exc}") from None
 
 
-def _planned(log, limits, algos, options, *, example: bool, chosen: dict) -> Any:
+def _planned(logs, limits, algos, options, *, example: bool, args) -> Any:
     from . import accesslog
-    from .planner import routes
+    from .planner import routes, sources
 
-    path = Path(log)
-    if not path.is_file():
-        why = "no such file" if not path.exists() else "not a file"
-        raise _Failed(f"cannot read {log}: {why}")
+    try:
+        paths = sources.expand_logs(logs)
+    except ValueError as exc:
+        raise _Failed(str(exc)) from None
+    where = ", ".join(map(str, logs))
+    chosen = _chosen(args)
+    if (chosen["routes"] or chosen["where"]) and (len(paths) > 1 or args.engine != "local"):
+        raise _Failed("--route and --where plan one log, with the local engine")
     try:
         if chosen["routes"]:
             return routes.plan_routes(
-                path, chosen["routes"], algos, where=chosen["where"], example=example, **options
-            )
+                paths[0], chosen["routes"], algos, where=chosen["where"], example=example,
+                **options,
+            )  # fmt: skip
         if chosen["where"]:
             return routes.plan_where(
-                path, limits, algos, where=chosen["where"], example=example, **options
+                paths[0], limits, algos, where=chosen["where"], example=example, **options
             )
-        return planner.plan_log(path, limits, algos, example=example, **options)
+        if len(paths) == 1 and args.engine == "local":
+            return planner.plan_log(paths[0], limits, algos, example=example, **options)
+        return sources.plan_logs(
+            paths, limits, algos, example=example, engine=args.engine,
+            scheduler=args.scheduler, workers=args.workers, **options,
+        )  # fmt: skip
     except accesslog.LogFormatError as exc:  # its summary of bad lines has several lines
         raise _Failed("; ".join(part.strip() for part in str(exc).splitlines())) from None
     except OSError as exc:
-        raise _Failed(f"cannot read {log}: {exc.strerror or exc}") from None
+        raise _Failed(f"cannot read {where}: {exc.strerror or exc}") from None
 
 
 def _example_log(args: argparse.Namespace) -> int:
@@ -301,7 +320,11 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     plan.add_argument(
-        "log", nargs="?", metavar="LOG", help="the access log (default: the example log)"
+        "log",
+        nargs="*",
+        metavar="LOG",
+        help="the access log (default: the example log); several logs or quoted globs "
+        "('logs/access.log*', gzip or not) are planned as one log, merged in time order",
     )
     plan.add_argument(
         "--example", action="store_true", help="plan the lab's example log (the default)"
@@ -447,6 +470,27 @@ def parser() -> argparse.ArgumentParser:
         help="also write the figures, in one image: per window the spread of per-client "
         "peaks with the recommended limits, rejections by hour of day, the longest "
         "throttled stretches; the format follows FILE's suffix (.png, .svg, .pdf)",
+    )
+    # Many logs, and Dask (ratelimit.lab.planner.sources and .distributed).
+    plan.add_argument(
+        "--engine",
+        choices=list(ENGINES),
+        default="local",
+        help="where to replay: local (this process) or dask (identities spread over a "
+        "Dask cluster's workers; the same plan) (default: %(default)s)",
+    )
+    plan.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="with --engine dask: the scheduler of an existing cluster, e.g. "
+        "tcp://10.0.0.5:8786 (default: a local cluster started for this plan)",
+    )
+    plan.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="with --engine dask and no --scheduler: the local cluster's worker processes "
+        "(default: the CPUs, at most 4)",
     )
     plan.set_defaults(run=_plan, parser=plan)
 

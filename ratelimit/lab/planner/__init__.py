@@ -122,7 +122,8 @@ are `routes` (`plan_routes`, `plan_where`): each route planned with its own limi
 key, on the requests the filters keep.
 
 Modules: `limits` (reading "100/min"), `servertime` (`choose_server_time`), `measures`
-(keys alive at once), `planning` (`plan_trace`, `plan_log`), `recommend` (the
+(keys alive at once), `planning` (`plan_trace`, `plan_log`), `sources` (many logs
+as one: `plan_logs`), `distributed` (the same plan on Dask), `recommend` (the
 recommendation), `timeline` (when and who), `resolution` (timestamps), `results`
 (the dataclasses and `SCHEMA`), `report` (`LogPlan.table`), `plots` (the figures,
 matplotlib), `export` (CSV and image files).
@@ -178,6 +179,7 @@ from .servertime import (
     default_bench_record,
     default_memory_table,
 )
+from .sources import plan_logs
 
 __all__ = [
     "DEFAULT_ALGORITHMS",
@@ -195,5 +197,6 @@ __all__ = [
     "format_limit",
     "parse_limit",
     "plan_log",
+    "plan_logs",
     "plan_trace",
 ]
