@@ -262,3 +262,19 @@ def test_what_fills_names_what_each_algorithm_runs_out_of(example):
     text = yt.what_fills(mixed)
     assert f"the {mixed['label'].iloc[0]} run out of checks first" in text
     assert ", ".join(mixed["label"].iloc[1:]) + " run out of memory first" in text
+
+
+def test_recommendation_table_is_read_off_the_demand_and_holds_when_replayed(example):
+    _, trace, _, plan = example
+    table = yt.recommendation_table(plan)
+    assert sorted(table["algorithm"]) == sorted({c.algorithm for c in plan.candidates})
+    log = table.set_index("algorithm").loc["log"]
+    peaks = yt.demand(trace, 60)["peak"].sort_values(ascending=False).to_numpy()
+    allowed = int(plan.affect * len(peaks))
+    assert log["limit"] == f"{max(1, peaks[allowed])}/min" and log["peak max"] == peaks[0]
+    for _, row in table.iterrows():  # each limit, replayed, affects at most the share
+        limit = planner.parse_limit(row["limit"])
+        again = planner.plan_trace(trace, [limit], [row["algorithm"]], measure=False, affect=None)
+        assert again.candidates[0].identities_rejected == row["clients affected"] <= allowed
+    fig = yt.peaks_figure(plan)
+    assert len(fig.axes) == 1

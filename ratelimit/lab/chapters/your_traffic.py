@@ -408,6 +408,33 @@ def sweep_table(plan: planner.LogPlan) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def recommendation_table(plan: planner.LogPlan) -> pd.DataFrame:
+    """One row per window and algorithm planned: the spread of per-client peaks (each
+    client's most requested cost in one rolling window) and the smallest limit that
+    affects at most the plan's share of clients, with what it rejects."""
+    rows = [
+        {
+            "window": f"{r.window_ms / 1000:g} s",
+            "algorithm": r.algorithm,
+            **{f"peak {k.replace('_', '.')}": v for k, v in r.percentiles.items()},
+            "limit": r.limit_text,
+            "clients affected": r.identities_affected,
+            "clients share": r.identities_affected / r.identities if r.identities else 0.0,
+            "requests rejected": r.rejected / r.requests if r.requests else 0.0,
+        }
+        for r in plan.recommended
+    ]
+    return pd.DataFrame(rows)
+
+
+def peaks_figure(plan: planner.LogPlan) -> Figure:
+    """The spread of per-client peaks per window, each algorithm's recommended limit
+    marked (`planner.plots.peaks_figure`)."""
+    from ratelimit.lab.planner.plots import peaks_figure as drawn
+
+    return drawn(plan)
+
+
 def finer_sweep(
     trace: pd.DataFrame,
     sweep: pd.DataFrame,
