@@ -278,3 +278,30 @@ def test_recommendation_table_is_read_off_the_demand_and_holds_when_replayed(exa
         assert again.candidates[0].identities_rejected == row["clients affected"] <= allowed
     fig = yt.peaks_figure(plan)
     assert len(fig.axes) == 1
+
+
+def test_routes_for_another_log_are_its_busiest_first_segments():
+    paths = ["/api/a?x=1"] * 5 + ["/img/b.png"] * 3 + ["/c"] * 2 + ["/"] * 9
+    trace = _trace([(float(i), "who", 1) for i in range(len(paths))]).assign(path=paths)
+    assert yt.routes_for(trace, False, "7/min") == [
+        "/api/*=7/min,name=api",
+        "/img/*=7/min,name=img",
+    ]
+    assert yt.routes_for(trace, True, "7/min") == list(yt.EXAMPLE_ROUTES)
+
+
+def test_route_table_counts_each_route_and_the_unplanned(example):
+    from ratelimit.lab.planner import routes
+
+    log, _, _, plan = example
+    trace, _ = yt.load(log, identity="user", cost=samplelog.example_cost, fields=["path"])
+    by_route = routes.plan_routes_trace(
+        trace, yt.routes_for(trace, True, "100/min"), ["log"], server_time=plan.server_time
+    )
+    table = yt.route_table(by_route).set_index("route")
+    tiles = trace["path"].str.startswith("/v1/tiles/")
+    assert table.loc["tiles", "route_requests"] == tiles.sum()
+    assert (
+        table.loc["geofence", "route_requests"]
+        == trace["path"].str.startswith("/v1/geofence/").sum()
+    )

@@ -135,13 +135,14 @@ def load(
     identity: str | None = None,
     cost: Any = None,
     ipv6_prefix: int = 64,
+    fields: Sequence[str] = (),
 ) -> tuple[pd.DataFrame, accesslog.Problems]:
     """The log as a trace table (sorted by time) and the report of its bad lines; IPv6
     client addresses count per `ipv6_prefix` network (128: each address on its own).
     A log without a single request raises `accesslog.LogFormatError` saying why its lines
     were skipped."""
     trace, problems = accesslog.read(
-        log, format=format, identity=identity, cost=cost, ipv6_prefix=ipv6_prefix
+        log, format=format, identity=identity, cost=cost, ipv6_prefix=ipv6_prefix, fields=fields
     )
     if trace.empty:  # nothing to plan: say why in one line rather than fail further on
         why = problems.summary().splitlines()[0] if problems.lines else "it is empty"
@@ -433,6 +434,30 @@ def peaks_figure(plan: planner.LogPlan) -> Figure:
     from ratelimit.lab.planner.plots import peaks_figure as drawn
 
     return drawn(plan)
+
+
+EXAMPLE_ROUTES = ("/v1/tiles/*=100/min,name=tiles", "/v1/geofence/*=10/min,name=geofence")
+"""The demo service's two routes (`ratelimit.demo`), each with its own limit per minute (the
+example log is paced per minute), as `--route` takes them."""
+
+
+def routes_for(trace: pd.DataFrame, example: bool, limit_text: str, busiest: int = 2) -> list[str]:
+    """The routes to plan: the demo's for the example log; for another log, its
+    `busiest` first path segments (`/SEGMENT/*`, by requests), each at `limit_text`."""
+    if example:
+        return list(EXAMPLE_ROUTES)
+    first = trace["path"].str.split("?").str[0].str.split("/").str[1]
+    top = first[first != ""].value_counts().head(busiest).index
+    return [f"/{segment}/*={limit_text},name={segment}" for segment in top]
+
+
+def route_table(routed: Any) -> pd.DataFrame:
+    """One row per route and algorithm of a `planner.routes.RoutePlan`, and one for the
+    requests no route matched: the columns a reader compares."""
+    frame = routed.frame()
+    shown = ["route", "pattern", "rate", "algorithm", "route_requests", "rejected",
+             "rejected_share", "identities", "identities_rejected"]  # fmt: skip
+    return frame[[c for c in shown if c in frame.columns]]
 
 
 def finer_sweep(
