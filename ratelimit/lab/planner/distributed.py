@@ -53,10 +53,14 @@ from .planning import (
     _finish,
     _memory_table,
     _peaks,
+    _spread_coarse,
 )
+from .recommend import KeptTrace, Recommendation, recommend
+from .resolution import RESOLUTIONS_MS, Resolution
 from .results import LogPlan, LogSummary
 from .servertime import DEFAULT_ALGORITHMS, choose_server_time
-from .sources import KeyedRows, keyed_chunks, merged_problems, shown_paths
+from .sources import KeyedRows, keyed_chunks, merged_problems, open_reader, shown_paths
+from .timeline import Agents
 
 DEFAULT_MAX_WORKERS = 4  # a local cluster's workers when none are asked for: at most this
 
@@ -79,9 +83,8 @@ def _read_file(
     Identities travel as small integer codes and one table of names per piece, which
     costs far less to send between processes than a string per request."""
     from .. import fastreplay
-    from ..accesslog import LogReader
 
-    reader = LogReader(path, progress=False, **options)
+    reader = open_reader(path, progress=False, **options)
     names = fastreplay.Codes()
     partition = np.zeros(0, dtype=np.int64)  # per code of this file
     parts: list[list[KeyedRows]] = [[] for _ in range(partitions)]
@@ -159,10 +162,13 @@ def _replay_partition(
     limits: Sequence[Any],
     algorithms: Sequence[str],
     chunk_lines: int,
+    keep_rows: bool,
 ) -> dict[str, Any] | None:
     """Round 2: one partition's requests from every file, replayed as `plan_trace`
-    replays the whole log; what the client needs to put the plan together."""
-    from .. import fastreplay
+    replays the whole log; what the client needs to put the plan together. `keep_rows`:
+    return the requests too (identity code, ms, cost and merge place), for the
+    replays that span partitions (the recommendation, spread stamps)."""
+    from .. import fastreplay, windowpeaks
 
     found = [p for p in pieces if p is not None and len(p[0])]
     if not found:
@@ -176,6 +182,8 @@ def _replay_partition(
     codes = rows.identity.astype(np.int64)
     candidates = _candidates(limits, algorithms)
     fits_of = sorted({c.limit for c in candidates})
+    demand = {c.window_ms: windowpeaks.WindowPeaks(c.window_ms) for c in candidates}
+    agents, resolution = Agents(), Resolution()
     requests = _count_into(np.zeros(size, dtype=np.int64), codes)
     for lo in range(0, n, chunk_lines):
         part = codes[lo : lo + chunk_lines]
@@ -184,6 +192,10 @@ def _replay_partition(
         fits = {limit: None if costs.max() <= limit else costs <= limit for limit in fits_of}
         for cand in candidates:
             cand.add(part, times, costs, fits[cand.limit], size)
+        for peaks in demand.values():
+            peaks.add(part, times, costs)
+        agents.add(part, pd.DataFrame({"agent": rows.agent[lo : lo + chunk_lines]}))
+        resolution.add(times)
     _, first = np.unique(codes, return_index=True)  # every code 0..size-1 occurs
     fitting = {limit: rows.cost <= limit for limit in fits_of}
     # Keys alive, as the local engine counts them: per key lifetime and limit.
@@ -200,9 +212,21 @@ def _replay_partition(
         "first": np.column_stack((rows.key[first], rows.file[first], rows.pos[first])),
         "requests": requests[:size],
         "candidates": [
-            (cand.rejected[:size], cand.refused[:size], _peaks(cand.peaks, size))
+            (
+                cand.rejected[:size], cand.refused[:size], _peaks(cand.peaks, size),
+                *cand.stretches.longest(size),  # type: ignore[union-attr]
+            )  # fmt: skip
             for cand in candidates
         ],
+        "hours": [cand.hours for cand in candidates],
+        "demand": {w: _peaks(peaks, size) for w, peaks in demand.items()},
+        "agents": agents.most_frequent(),
+        "resolution_ms": resolution.ms,
+        "kept": (
+            np.column_stack((codes, rows.ms, rows.cost, rows.key, rows.file, rows.pos))
+            if keep_rows
+            else None
+        ),
         "live": live,
         "checks": checks,
         "requests_total": n,
@@ -224,6 +248,26 @@ class _Names:
 class _Peaks:
     def __init__(self, peaks: np.ndarray) -> None:
         self.peaks = peaks
+
+
+class _Longest:
+    """What `planning._finish` asks of `timeline.Stretches`, joined from partitions."""
+
+    def __init__(self, longest: np.ndarray, since: np.ndarray, until: np.ndarray) -> None:
+        self._found = (longest, since, until)
+
+    def longest(self, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return tuple(v[:size] for v in self._found)  # type: ignore[return-value]
+
+
+def _kept(done: Sequence[dict[str, Any]], code_of: Sequence[np.ndarray]) -> KeptTrace:
+    """Every partition's kept requests, in the merged order, with the plan's codes."""
+    rows = np.concatenate([d["kept"] for d in done])
+    codes = np.concatenate([c[d["kept"][:, 0]] for d, c in zip(done, code_of, strict=True)])
+    order = np.lexsort((rows[:, 5], rows[:, 4], rows[:, 3]))
+    kept = KeptTrace()
+    kept.add(codes[order], rows[order, 1], rows[order, 2])
+    return kept
 
 
 def _most_alive(changes: Sequence[np.ndarray]) -> int:
@@ -286,6 +330,8 @@ def plan_on_dask(
     top: int = 10,
     memory_table: Any = None,
     bench_record: str | Path | None = None,
+    affect: float | None = 0.01,
+    spread_coarse: bool = True,
 ) -> LogPlan:
     """The plan of the logs at `paths` read as one (`sources.LogSet`), computed on Dask:
     `client` (a `distributed.Client`), else `scheduler` (an address), else a local
@@ -297,6 +343,9 @@ def plan_on_dask(
 
     options = dict(reader_options or {})
     candidates = _candidates(limits, algorithms)
+    if affect is not None and not 0 <= affect < 1:
+        raise ValueError(f"affect must be a share of clients from 0 to below 1, got {affect!r}")
+    keep = affect is not None or spread_coarse
     top = validation.count("top", top, minimum=0)
     shard = dataclasses.replace(
         capacity.DEFAULT_SHARD,
@@ -329,6 +378,7 @@ def plan_on_dask(
                 list(limits),
                 list(algorithms),
                 chunk_lines,
+                keep,
             )  # fmt: skip
             for p in range(partitions)
         ]
@@ -350,6 +400,11 @@ def plan_on_dask(
     order = np.lexsort((first[:, 2], first[:, 1], first[:, 0]))
     names = np.concatenate([d["identities"] for d in done])[order]
     requests = np.concatenate([d["requests"] for d in done])[order]
+    # A partition's own code -> the plan's code (the order the local engine meets them).
+    plan_code = np.empty(len(order), dtype=np.int64)
+    plan_code[order] = np.arange(len(order))
+    bounds = np.cumsum([0] + [len(d["identities"]) for d in done])
+    code_of = [plan_code[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
     log = LogSummary(
         path=shown_paths(paths),
         example=example,
@@ -361,26 +416,53 @@ def plan_on_dask(
         start=min(d["start"] for d in done),
         end=max(d["end"] for d in done),
         problems=problems,
+        # Each resolution divides the coarser ones: the log's is the finest found.
+        resolution_ms=min((d["resolution_ms"] for d in done), default=RESOLUTIONS_MS[0]),
     )
     server_time = choose_server_time(
         list(dict.fromkeys(c.algorithm for c in candidates)),
         redis_url=redis_url, measure=measure, bench_record=bench_record,
     )  # fmt: skip
+    agent_of = None
+    if any(a["format"] == "combined" for a in about):
+        agent_of = {
+            int(c[code]): agent for d, c in zip(done, code_of, strict=True)
+            for code, agent in d["agents"].items()
+        }  # fmt: skip
     planned = []
     codes_of = _Names(names)
     for k, cand in enumerate(candidates):
-        rejected, refused, peaks = (
-            np.concatenate([d["candidates"][k][j] for d in done])[order] for j in range(3)
+        rejected, refused, peaks, longest, since, until = (
+            np.concatenate([d["candidates"][k][j] for d in done])[order] for j in range(6)
         )
         combined = _Candidate(
             cand.text, cand.limit, cand.window_ms, cand.algorithm, cand.lifetime_ms,
-            None, _Peaks(peaks), rejected, refused,
+            None, _Peaks(peaks), rejected, refused, sum(d["hours"][k] for d in done),
         )  # fmt: skip
+        combined.stretches = _Longest(longest, since, until)  # type: ignore[assignment]
         keys = _most_alive([d["live"][(cand.lifetime_ms, cand.limit)] for d in done])
         checks = _peak_checks([d["checks"][cand.limit] for d in done])
         planned.append(
             _finish(
-                combined, codes_of, requests, keys, checks, log, table, server_time, shard, top
+                combined, codes_of, requests, keys, checks, log, table, server_time, shard,
+                top, agent_of,
             )  # fmt: skip
         )
-    return LogPlan(log, server_time, shard, table_name, tuple(planned), top)
+    # The replays that span identities run here, by the local engine's code, on every
+    # request gathered in the merged order.
+    kept = _kept(done, code_of) if keep else None
+    n = len(names)
+    result = _spread_coarse(tuple(planned), kept if spread_coarse else None, log.resolution_ms, n)
+    client_peaks = {
+        w: np.concatenate([d["demand"][w] for d in done])[order] for w in done[0]["demand"]
+    }
+    recommended: tuple[Recommendation, ...] = ()
+    if kept is not None and affect is not None:
+        pairs = dict.fromkeys((c.algorithm, c.window_ms) for c in candidates)
+        recommended = tuple(
+            recommend(kept, name, window_ms, client_peaks[window_ms], affect)
+            for name, window_ms in pairs
+        )
+    return LogPlan(
+        log, server_time, shard, table_name, result, top, affect, recommended, client_peaks
+    )

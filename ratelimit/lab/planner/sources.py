@@ -119,6 +119,7 @@ class KeyedRows:
     pos: np.ndarray
     identity: np.ndarray  # object
     cost: np.ndarray
+    agent: np.ndarray  # object: the user agent, "" when the reader gives none
 
     def __len__(self) -> int:
         return len(self.ms)
@@ -137,7 +138,18 @@ class KeyedRows:
         return self.take(np.lexsort((self.pos, self.file, self.key)))
 
 
-_FIELDS = ("seconds", "ms", "key", "file", "pos", "identity", "cost")
+_FIELDS = ("seconds", "ms", "key", "file", "pos", "identity", "cost", "agent")
+
+
+def open_reader(path: str | Path, **options: Any) -> Any:
+    """`accesslog.LogReader` on `path`, reading the user agent too when the log is
+    combined (offenders are named with it), as `plan_log` reads one log."""
+    from ..accesslog import LogReader
+
+    reader = LogReader(path, **options)
+    if reader.format == "combined" and "fields" not in options:
+        reader = LogReader(path, **options | {"format": "combined", "fields": ("agent",)})
+    return reader
 
 
 def keyed_chunks(reader: Any, file: int) -> Iterator[KeyedRows]:
@@ -162,6 +174,11 @@ def keyed_chunks(reader: Any, file: int) -> Iterator[KeyedRows]:
             np.arange(done, done + n, dtype=np.int64),
             chunk["identity"].to_numpy(dtype=object),
             chunk["cost"].to_numpy(),
+            (
+                chunk["agent"].to_numpy(dtype=object)
+                if "agent" in chunk.columns
+                else np.full(n, "", dtype=object)
+            ),
         )
         done += n
 
@@ -174,12 +191,11 @@ class LogSet:
     read. `problems` (merged) is complete when an iteration ends."""
 
     def __init__(self, paths: Sequence[str | Path], **options: Any) -> None:
-        from ..accesslog import LogReader
-
         self.paths = [Path(p) for p in paths]
         if not self.paths:
             raise ValueError("give at least one log")
-        self.readers = [LogReader(p, **options) for p in self.paths]
+        self.readers = [open_reader(p, **options) for p in self.paths]
+        self._agents = any(r.format == "combined" for r in self.readers)
 
     @property
     def format(self) -> str:
@@ -201,13 +217,14 @@ class LogSet:
             # plan_trace takes chunks sorted by time: a late row starts a new one.
             cuts = np.flatnonzero(rows.ms[1:] < rows.ms[:-1]) + 1
             for lo, hi in zip([0, *cuts], [*cuts, len(rows)], strict=True):
-                yield pd.DataFrame(
-                    {
-                        "time": rows.seconds[lo:hi],
-                        "identity": rows.identity[lo:hi],
-                        "cost": rows.cost[lo:hi],
-                    }
-                )
+                columns = {
+                    "time": rows.seconds[lo:hi],
+                    "identity": rows.identity[lo:hi],
+                    "cost": rows.cost[lo:hi],
+                }
+                if self._agents:
+                    columns["agent"] = rows.agent[lo:hi]
+                yield pd.DataFrame(columns)
 
     def _merged(self) -> Iterator[KeyedRows]:
         """Rows in the merge's order, released once no file can still give an earlier
