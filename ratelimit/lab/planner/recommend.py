@@ -234,14 +234,19 @@ def smallest_limit(
 
 
 def recommend(
-    trace: KeptTrace,
+    trace: KeptTrace | None,
     algorithm: str,
     window_ms: int,
     demand_peaks: np.ndarray,
     affect: float,
+    *,
+    replay_limit: Callable[[int], Outcome] | None = None,
+    requests: int | None = None,
 ) -> Recommendation:
     """The recommendation for one algorithm and window. `demand_peaks`: per identity
-    code, the most cost it requested in one rolling window (t - W, t].
+    code, the most cost it requested in one rolling window (t - W, t]. `replay_limit`
+    replays one limit elsewhere instead of on `trace` (the Dask engine sums its
+    partitions'), and `requests` then says how many requests there are.
 
     For the sliding log, an identity is affected under L exactly when its demand peak
     exceeds L (until its first rejection every request was admitted, so the log held
@@ -255,6 +260,8 @@ def recommend(
     qualify, the algorithm's largest limit is replayed too: the clients it still
     affects are `unavoidable`, and the answer is the smallest limit affecting at most
     max(allowed, unavoidable) clients (no more than any limit must)."""
+    if trace is None and replay_limit is None:
+        raise ValueError("recommend needs the kept trace or a replay_limit")
     n = len(demand_peaks)
     allowed = math.floor(affect * n + 1e-9)
     ordered = np.sort(demand_peaks)[::-1]
@@ -264,7 +271,11 @@ def recommend(
 
     def affected(limit: int) -> int:
         if limit not in outcomes:
-            outcomes[limit] = replay(trace, algorithm, limit, window_ms, n)
+            outcomes[limit] = (
+                replay_limit(limit)
+                if replay_limit is not None
+                else replay(trace, algorithm, limit, window_ms, n)  # type: ignore[arg-type]
+            )
         return outcomes[limit].identities_affected
 
     largest = largest_limit(algorithm, window_ms)
@@ -274,13 +285,14 @@ def recommend(
         unavoidable = affected(largest)
     limit, _ = smallest_limit(affected, max(allowed, unavoidable), from_peaks, high, largest)
     found = outcomes[limit]
-    codes, _, costs = trace.arrays()
+    if requests is None:
+        requests = len(trace.arrays()[0])  # type: ignore[union-attr]
     return Recommendation(
         algorithm=registry.get(algorithm).name,
         window_ms=window_ms,
         affect=affect,
         limit=limit,
-        requests=len(codes),
+        requests=requests,
         rejected=found.rejected,
         refused=found.refused,
         identities=n,

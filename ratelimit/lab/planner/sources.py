@@ -6,7 +6,8 @@ the one log they make together (`LogSet`, `expand_logs`, `plan_logs`).
     plan = plan_logs(paths, ["100/min"], engine="dask")   # on a Dask cluster
 
 Each file is read by its own `accesslog.LogReader` (its format detected, its own
-reorder window, its own bad and late lines), and their requests are merged in time
+reorder window, its own bad and late lines; a combined log's user agents too, to name
+offenders, as `plan_log` reads one log), and their requests are merged in time
 order: rotated files follow one another, servers' files interleave. The result is the
 plan of the concatenated log sorted by time; within one millisecond, requests keep the
 order of the files as given, then of their lines.
