@@ -141,7 +141,8 @@ class Recommendation:
         return (
             f"{self.unavoidable:,} clients are rejected even at {largest:,} per window: "
             "requests decided late (stamped before a later one of the same client already "
-            "counted) that this algorithm rejects at any limit"
+            "counted) that this algorithm rejects at any limit; a longer reorder window "
+            "(reorder_s) decides them in time order"
         )
 
     @property
