@@ -23,10 +23,13 @@ LIMITS = ["5/s", "30/min"]
 START = 1_700_000_000.0
 
 
-def _line(t: float, client: str, status: int = 200) -> str:
+def _line(
+    t: float, client: str, status: int = 200, agent: str = "gen/1.0", whole: bool = False
+) -> str:
     stamp = datetime.fromtimestamp(t, UTC)
-    when = stamp.strftime("%d/%b/%Y:%H:%M:%S") + f".{stamp.microsecond // 1000:03d} +0000"
-    return f'{client} - - [{when}] "GET /tile/{int(t) % 7} HTTP/1.1" {status} 512 "-" "gen/1.0"'
+    when = stamp.strftime("%d/%b/%Y:%H:%M:%S")
+    when += " +0000" if whole else f".{stamp.microsecond // 1000:03d} +0000"
+    return f'{client} - - [{when}] "GET /tile/{int(t) % 7} HTTP/1.1" {status} 512 "-" "{agent}"'
 
 
 def _requests(seed: int, n: int = 3_000) -> list[tuple[float, str, int]]:
@@ -51,13 +54,20 @@ def _shuffled_a_little(lines: list[tuple[float, str]], rng: np.random.Generator,
     return out
 
 
-def write_logs(folder: Path, seed: int = 3, late: int = 0) -> list[tuple[float, str]]:
+def write_logs(
+    folder: Path, seed: int = 3, late: int = 0, whole: bool = False
+) -> list[tuple[float, str]]:
     """Three servers' logs, server 0 rotated in two (the older one gzipped), one
-    malformed line; returns every (time, line) written."""
+    malformed line; returns every (time, line) written. `whole`: stamps in whole
+    seconds, and each client's user agent varies (the busier ones have several)."""
     rng = np.random.default_rng(seed + 1)
     written = []
     for server in range(3):
-        mine = [(t, _line(t, c)) for t, c, s in _requests(seed) if s == server]
+        mine = [
+            (t, _line(t, c, agent=_agent(c, t) if whole else "gen/1.0", whole=whole))
+            for t, c, s in _requests(seed)
+            if s == server
+        ]
         mine = _shuffled_a_little(mine, rng, late)
         written += mine
         texts = [text for _, text in mine]
@@ -70,6 +80,12 @@ def write_logs(folder: Path, seed: int = 3, late: int = 0) -> list[tuple[float, 
         else:
             (folder / f"edge{server}.log").write_text("\n".join(texts) + "\n")
     return written
+
+
+def _agent(client: str, t: float) -> str:
+    """A user agent that depends on the client and, for some, on the time."""
+    k = int(client.rsplit(".", 1)[1])
+    return f"bot-{k % 3}/{int(t) % (k % 4 + 1)}.0" if k % 2 else "-"
 
 
 def _comparable(plan) -> dict:
@@ -129,6 +145,27 @@ def test_dask_engine_gives_the_local_engines_json(tmp_path: Path, cluster, reord
     assert local.log.problems.lines == on_dask.log.problems.lines > 0
     assert max(c.redis.keys for c in local.candidates) > 1
     assert on_dask.to_dict() == local.to_dict()
+
+
+def test_dask_engine_agrees_on_every_answer_of_a_coarse_late_log(tmp_path: Path, cluster) -> None:
+    # Whole-second stamps (a 1 s window is replayed with the stamps spread), late lines,
+    # several user agents per client, and a share no limit reaches for some algorithms.
+    write_logs(tmp_path, seed=6, late=10, whole=True)
+    options = dict(measure=False, reorder_s=1.0, chunk_lines=500, affect=0.0)
+    logs = [str(tmp_path / "*.log*")]
+    local = sources.plan_logs(logs, LIMITS, **options)
+    on_dask = sources.plan_logs(
+        logs, LIMITS, engine="dask", scheduler=cluster.scheduler_address, partitions=4,
+        **options,
+    )  # fmt: skip
+    assert local.log.resolution_ms == 1_000 and local.log.problems.late > 0
+    assert any(c.stamps is not None and c.stamps.rejected_spread is not None
+               for c in local.candidates)  # fmt: skip
+    assert len({o.agent for c in local.candidates for o in c.offenders}) > 2
+    assert sum(sum(c.rejected_by_hour) for c in local.candidates) > 0
+    assert any(c.longest_throttled for c in local.candidates) and local.recommended
+    assert on_dask.to_dict() == local.to_dict()
+    assert on_dask.table() == local.table()
 
 
 def test_partitions_are_the_same_in_every_process() -> None:

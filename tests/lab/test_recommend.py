@@ -205,3 +205,52 @@ def test_a_late_line_still_gets_a_verified_recommendation():
     allowed = math.floor(0.05 * r.identities + 1e-9)
     hurt = [brute_affected(trace, "log", limit, 2_000)[0] for limit in range(1, r.limit + 1)]
     assert hurt[-1] <= allowed and (r.limit == 1 or hurt[-2] > allowed)
+
+
+def late_log(path, seed: int, n: int = 400, late: int = 8) -> None:
+    """A combined log of `crowd_trace`'s requests (cost 1), with `late` lines written
+    twenty seconds after their time: beyond a 1 s reorder window, so decided late."""
+    from tests.lab.test_plan_distributed import _line
+
+    trace = crowd_trace(seed, n=n)
+    rows = [(t, _line(t, who)) for t, who in zip(trace["time"], trace["identity"], strict=True)]
+    rng = np.random.default_rng(seed)
+    for i in sorted(rng.choice(np.arange(n // 4, n // 2), late, replace=False), reverse=True):
+        rows.insert(i + 200, rows.pop(i))
+    path.write_text("\n".join(text for _, text in rows) + "\n")
+
+
+def test_clients_rejected_at_any_limit_are_a_floor_the_recommendation_reports(tmp_path):
+    log = tmp_path / "late.log"
+    late_log(log, seed=9)
+    window_ms, affect = 2_000, 0.0
+    plan = planner.plan_log(log, ["10/2s"], measure=False, reorder_s=1.0, affect=affect,
+                            progress=False)  # fmt: skip
+    assert plan.log.problems.late > 0
+    # The requests in the order they were decided: as the reader released them.
+    from ratelimit.lab.accesslog import LogReader
+
+    trace = pd.concat(list(LogReader(log, reorder_s=1.0, progress=False)), ignore_index=True)
+    trace["cost"] = trace["cost"].astype(np.int64)
+    allowed = math.floor(affect * trace["identity"].nunique() + 1e-9)
+    floors = {}
+    for r in plan.recommended:
+        largest = recommend.largest_limit(r.algorithm, window_ms)
+        assert 10 < largest <= algorithms.get(r.algorithm).max_limit
+        floor = brute_affected(trace, r.algorithm, largest, window_ms)[0]
+        floors[r.algorithm] = floor
+        top = r.percentiles["max"]
+        limits = range(1, top + 2)
+        sweep = [brute_affected(trace, r.algorithm, limit, window_ms) for limit in limits]
+        target = max(allowed, floor)
+        smallest = 1 + next(i for i, s in enumerate(sweep) if s[0] <= target)
+        assert r.limit == smallest, r.algorithm
+        assert (r.identities_affected, r.rejected, r.refused) == sweep[smallest - 1]
+        assert r.unavoidable == (floor if floor > allowed else 0), r.algorithm
+        assert (r.unavoidable_why is None) == (r.unavoidable == 0)
+    # Late requests are rejected at any limit by some algorithms (not all).
+    assert max(floors.values()) > allowed and min(floors.values()) == 0
+    doc = plan.to_dict()["recommended"]
+    assert [d["unavoidable"] for d in doc] == [r.unavoidable for r in plan.recommended]
+    hit = next(r for r in plan.recommended if r.unavoidable)
+    assert hit.unavoidable_why in plan.table()

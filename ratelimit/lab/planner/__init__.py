@@ -107,7 +107,13 @@ Which limit to pick (`recommend`): for each window and algorithm planned,
   with the compiled replayers, bisecting on the limit (clients affected fall as the
   limit grows: tested against a sweep of every limit), starting from the sliding
   log's answer; the limit found qualifies and the one below it does not, both
-  replayed. `plots.peaks_figure` draws the peaks with the recommended limits marked.
+  replayed. A request decided late (stamped before what its client's state already
+  holds, see `reorder_s`) can be rejected at every limit by some algorithms (GCRA,
+  the fixed window): when the busiest client's peak does not reach the share, the
+  algorithm's largest limit is replayed, the clients it still affects are
+  `unavoidable`, and the answer is the smallest limit that affects at most
+  max(allowed, unavoidable) clients (the report says so under the table).
+  `plots.peaks_figure` draws the peaks with the recommended limits marked.
 
 Memory: besides the reader's chunk, one small record per identity (its code, counts,
 last request) per candidate, plus each replayer's state and the admitted stamps of
@@ -166,7 +172,8 @@ object are listed in `SCHEMA`, one place:
   `refused`, `refused_share` (of all requests, under that limit), `identities`,
   `identities_affected` (rejected or refused at least once),
   `identities_affected_share`, `peaks` (`p50` .. `max` above), `replays` (limits
-  replayed to find it).
+  replayed to find it), `unavoidable` (clients affected even at the largest limit,
+  when more than the share allows; else 0) and `unavoidable_why` (why, or null).
 """
 
 from .limits import format_limit, parse_limit

@@ -127,6 +127,23 @@ class Recommendation:
     identities_affected: int
     percentiles: dict[str, int]  # p50 .. p99_9, max of per-client peaks
     replays: int  # limits replayed to find it
+    # Clients affected even at the algorithm's largest limit (requests decided late,
+    # stamped before what their client's state already holds); the limit then affects
+    # at most max(allowed, unavoidable) clients.
+    unavoidable: int = 0
+
+    @property
+    def unavoidable_why(self) -> str | None:
+        """Why some clients are affected at every limit (None: none are)."""
+        if not self.unavoidable:
+            return None
+        largest = largest_limit(self.algorithm, self.window_ms)
+        return (
+            f"{self.unavoidable:,} clients are rejected even at {largest:,} per window: "
+            "requests decided late (stamped before a later one of the same client already "
+            "counted) that this algorithm rejects at any limit; a longer reorder window "
+            "(reorder_s) decides them in time order"
+        )
 
     @property
     def label(self) -> str:
@@ -151,16 +168,43 @@ class Recommendation:
                 self.identities_affected / self.identities if self.identities else 0.0
             ),
             "peaks": dict(self.percentiles),
+            "unavoidable_why": self.unavoidable_why,
         }
         return {name: values.get(name, getattr(self, name, None)) for name in SCHEMA["recommended"]}
 
 
+def largest_limit(algorithm: str, window_ms: int) -> int:
+    """The largest limit per `window_ms` that `algorithm` accepts: its `max_limit`, or
+    less where its script could not count exactly (the fixed window's short windows)."""
+    spec = registry.get(algorithm)
+
+    def accepts(limit: int) -> bool:
+        try:
+            spec.build("reference", window_ms=window_ms, limit=limit)
+        except ValueError:
+            return False
+        return True
+
+    low, high = 1, spec.max_limit
+    if accepts(high):
+        return high
+    while high - low > 1:  # accepts(low), not accepts(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if accepts(middle) else (low, middle)
+    return low
+
+
 def smallest_limit(
-    affected: Callable[[int], int], allowed: int, start: int, high: int
+    affected: Callable[[int], int],
+    allowed: int,
+    start: int,
+    high: int,
+    largest: int = validation.MAX_LIMIT,
 ) -> tuple[int, int]:
-    """The smallest limit L >= 1 with affected(L) <= allowed, by bisection (affected is
-    non-increasing in L), starting from the bracket [1, high] (high doubled until it
-    qualifies) and trying `start` first. Returns (L, evaluations)."""
+    """The smallest limit L in [1, largest] with affected(L) <= allowed, by bisection
+    (affected is non-increasing in L), starting from the bracket [1, high] (high
+    doubled until it qualifies) and trying `start` first. Returns (L, evaluations).
+    ValueError when not even `largest` qualifies."""
     seen: dict[int, int] = {}
 
     def ask(limit: int) -> int:
@@ -168,11 +212,11 @@ def smallest_limit(
             seen[limit] = affected(limit)
         return seen[limit]
 
-    high = max(1, min(high, validation.MAX_LIMIT))
+    high = max(1, min(high, largest))
     while ask(high) > allowed:
-        if high >= validation.MAX_LIMIT:
-            raise ValueError(f"no limit up to {validation.MAX_LIMIT} affects so few clients")
-        high = min(2 * high, validation.MAX_LIMIT)
+        if high >= largest:
+            raise ValueError(f"no limit up to {largest} affects so few clients")
+        high = min(2 * high, largest)
     low = 0  # affected(low) > allowed, or low == 0 (no limit below 1)
     if 1 <= start <= high:
         if ask(start) <= allowed:
@@ -191,20 +235,34 @@ def smallest_limit(
 
 
 def recommend(
-    trace: KeptTrace,
+    trace: KeptTrace | None,
     algorithm: str,
     window_ms: int,
     demand_peaks: np.ndarray,
     affect: float,
+    *,
+    replay_limit: Callable[[int], Outcome] | None = None,
+    requests: int | None = None,
 ) -> Recommendation:
     """The recommendation for one algorithm and window. `demand_peaks`: per identity
-    code, the most cost it requested in one rolling window (t - W, t].
+    code, the most cost it requested in one rolling window (t - W, t]. `replay_limit`
+    replays one limit elsewhere instead of on `trace` (the Dask engine sums its
+    partitions'), and `requests` then says how many requests there are.
 
     For the sliding log, an identity is affected under L exactly when its demand peak
     exceeds L (until its first rejection every request was admitted, so the log held
     its demand), so the answer is read from the sorted peaks; it is the search's
     starting guess for every algorithm, and every answer is replayed: L qualifies and
-    L - 1 does not (both decided by the compiled replayer)."""
+    L - 1 does not (both decided by the compiled replayer).
+
+    A request decided late (stamped before what its client's state already holds) may
+    be rejected at every limit by some algorithms (GCRA, the fixed window), so fewer
+    clients than allowed may be out of reach. When the busiest client's peak does not
+    qualify, the algorithm's largest limit is replayed too: the clients it still
+    affects are `unavoidable`, and the answer is the smallest limit affecting at most
+    max(allowed, unavoidable) clients (no more than any limit must)."""
+    if trace is None and replay_limit is None:
+        raise ValueError("recommend needs the kept trace or a replay_limit")
     n = len(demand_peaks)
     allowed = math.floor(affect * n + 1e-9)
     ordered = np.sort(demand_peaks)[::-1]
@@ -213,23 +271,34 @@ def recommend(
     outcomes: dict[int, Outcome] = {}
 
     def affected(limit: int) -> int:
-        outcomes[limit] = replay(trace, algorithm, limit, window_ms, n)
+        if limit not in outcomes:
+            outcomes[limit] = (
+                replay_limit(limit)
+                if replay_limit is not None
+                else replay(trace, algorithm, limit, window_ms, n)  # type: ignore[arg-type]
+            )
         return outcomes[limit].identities_affected
 
-    high = max(int(ordered[0]) if n else 1, 1)
-    limit, replays = smallest_limit(affected, allowed, from_peaks, high)
+    largest = largest_limit(algorithm, window_ms)
+    high = min(max(int(ordered[0]) if n else 1, 1), largest)
+    unavoidable = 0
+    if affected(high) > allowed:  # beyond every peak: only late requests still hurt
+        unavoidable = affected(largest)
+    limit, _ = smallest_limit(affected, max(allowed, unavoidable), from_peaks, high, largest)
     found = outcomes[limit]
-    codes, _, costs = trace.arrays()
+    if requests is None:
+        requests = len(trace.arrays()[0])  # type: ignore[union-attr]
     return Recommendation(
         algorithm=registry.get(algorithm).name,
         window_ms=window_ms,
         affect=affect,
         limit=limit,
-        requests=len(codes),
+        requests=requests,
         rejected=found.rejected,
         refused=found.refused,
         identities=n,
         identities_affected=found.identities_affected,
         percentiles=peak_percentiles(demand_peaks),
-        replays=replays,
+        replays=len(outcomes),
+        unavoidable=unavoidable if unavoidable > allowed else 0,
     )

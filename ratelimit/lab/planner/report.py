@@ -125,7 +125,11 @@ def _recommended(plan: LogPlan) -> list[str]:
             f"{r.identities_affected:,} of {r.identities:,}",
             _pct(r.identities_affected, r.identities), _pct(r.rejected + r.refused, r.requests),
         ])  # fmt: skip
-    return out + ["  " + line for line in _columns(rows, right=range(2, len(rows[0])))]
+    out += ["  " + line for line in _columns(rows, right=range(2, len(rows[0])))]
+    for r in plan.recommended:  # a share out of reach: say why the limit affects more
+        if r.unavoidable:
+            out.append(f"  {_window(r.window_ms)} {r.label}: {r.unavoidable_why}")
+    return out
 
 
 def _stamps(plan: LogPlan) -> list[str]:

@@ -61,6 +61,7 @@ SCHEMA: Mapping[str, tuple[str, ...]] = {
         "algorithm", "label", "window_s", "limit", "limit_text", "window_ms", "affect",
         "requests", "rejected", "rejected_share", "refused", "refused_share", "identities",
         "identities_affected", "identities_affected_share", "peaks", "replays",
+        "unavoidable", "unavoidable_why",
     ),
     "peaks": ("p50", "p90", "p99", "p99_9", "max"),
 }  # fmt: skip

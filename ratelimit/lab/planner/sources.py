@@ -6,7 +6,8 @@ the one log they make together (`LogSet`, `expand_logs`, `plan_logs`).
     plan = plan_logs(paths, ["100/min"], engine="dask")   # on a Dask cluster
 
 Each file is read by its own `accesslog.LogReader` (its format detected, its own
-reorder window, its own bad and late lines), and their requests are merged in time
+reorder window, its own bad and late lines; a combined log's user agents too, to name
+offenders, as `plan_log` reads one log), and their requests are merged in time
 order: rotated files follow one another, servers' files interleave. The result is the
 plan of the concatenated log sorted by time; within one millisecond, requests keep the
 order of the files as given, then of their lines.
@@ -119,6 +120,7 @@ class KeyedRows:
     pos: np.ndarray
     identity: np.ndarray  # object
     cost: np.ndarray
+    agent: np.ndarray  # object: the user agent, "" when the reader gives none
 
     def __len__(self) -> int:
         return len(self.ms)
@@ -137,7 +139,18 @@ class KeyedRows:
         return self.take(np.lexsort((self.pos, self.file, self.key)))
 
 
-_FIELDS = ("seconds", "ms", "key", "file", "pos", "identity", "cost")
+_FIELDS = ("seconds", "ms", "key", "file", "pos", "identity", "cost", "agent")
+
+
+def open_reader(path: str | Path, **options: Any) -> Any:
+    """`accesslog.LogReader` on `path`, reading the user agent too when the log is
+    combined (offenders are named with it), as `plan_log` reads one log."""
+    from ..accesslog import LogReader
+
+    reader = LogReader(path, **options)
+    if reader.format == "combined" and "fields" not in options:
+        reader = LogReader(path, **options | {"format": "combined", "fields": ("agent",)})
+    return reader
 
 
 def keyed_chunks(reader: Any, file: int) -> Iterator[KeyedRows]:
@@ -162,6 +175,11 @@ def keyed_chunks(reader: Any, file: int) -> Iterator[KeyedRows]:
             np.arange(done, done + n, dtype=np.int64),
             chunk["identity"].to_numpy(dtype=object),
             chunk["cost"].to_numpy(),
+            (
+                chunk["agent"].to_numpy(dtype=object)
+                if "agent" in chunk.columns
+                else np.full(n, "", dtype=object)
+            ),
         )
         done += n
 
@@ -174,12 +192,11 @@ class LogSet:
     read. `problems` (merged) is complete when an iteration ends."""
 
     def __init__(self, paths: Sequence[str | Path], **options: Any) -> None:
-        from ..accesslog import LogReader
-
         self.paths = [Path(p) for p in paths]
         if not self.paths:
             raise ValueError("give at least one log")
-        self.readers = [LogReader(p, **options) for p in self.paths]
+        self.readers = [open_reader(p, **options) for p in self.paths]
+        self._agents = any(r.format == "combined" for r in self.readers)
 
     @property
     def format(self) -> str:
@@ -201,13 +218,14 @@ class LogSet:
             # plan_trace takes chunks sorted by time: a late row starts a new one.
             cuts = np.flatnonzero(rows.ms[1:] < rows.ms[:-1]) + 1
             for lo, hi in zip([0, *cuts], [*cuts, len(rows)], strict=True):
-                yield pd.DataFrame(
-                    {
-                        "time": rows.seconds[lo:hi],
-                        "identity": rows.identity[lo:hi],
-                        "cost": rows.cost[lo:hi],
-                    }
-                )
+                columns = {
+                    "time": rows.seconds[lo:hi],
+                    "identity": rows.identity[lo:hi],
+                    "cost": rows.cost[lo:hi],
+                }
+                if self._agents:
+                    columns["agent"] = rows.agent[lo:hi]
+                yield pd.DataFrame(columns)
 
     def _merged(self) -> Iterator[KeyedRows]:
         """Rows in the merge's order, released once no file can still give an earlier
