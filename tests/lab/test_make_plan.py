@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from collections import defaultdict, deque
@@ -99,8 +100,11 @@ def _text(notebook: dict) -> str:
 
 
 def _make_plan(*variables: str) -> subprocess.CompletedProcess[str]:
+    """`make plan` as a user types it: not as a sub-make of `make test` (whose flags and
+    level would change what make prints)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     return subprocess.run(["make", "--no-print-directory", "plan", *variables], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+                          capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
 
 
 def _ours(stderr: str) -> list[str]:
