@@ -71,6 +71,16 @@ def _headroom(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+    return value
+
+
 def _top(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"top must be a whole number >= 0, got {text!r}")
@@ -152,6 +162,7 @@ def _plan(args: argparse.Namespace) -> int:
         "identity": args.identity,
         "cost": args.cost,
         "time": args.time,
+        "reorder_s": args.reorder,
         "redis_url": args.redis,
         "measure": not args.no_measure,
         "headroom": args.headroom,
@@ -370,6 +381,15 @@ def parser() -> argparse.ArgumentParser:
         metavar="FIELD",
         help="jsonl and csv logs: the field holding the time (default: the first of "
         f"{', '.join(TIME_FIELDS)} present)",
+    )
+    plan.add_argument(
+        "--reorder",
+        type=_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="how far out of time order a line may be and still be decided in order (logs "
+        "merged from several servers); a later line is decided where it is read and "
+        "counted as late (default: %(default)g)",
     )
     measure = plan.add_mutually_exclusive_group()
     measure.add_argument(

@@ -147,7 +147,8 @@ def test_a_limit_that_does_not_parse_exits_2_naming_the_option(small_log, tmp_pa
 @pytest.mark.parametrize(
     ("option", "value", "word"),
     [("--shard-memory", "lots", "14GiB"), ("--headroom", "1", "headroom"), ("--top", "-3", "top"),
-     ("--algorithm", "leaky", "gcra"), ("--affect", "150%", "share of clients")],
+     ("--algorithm", "leaky", "gcra"), ("--affect", "150%", "share of clients"),
+     ("--reorder", "-1", "seconds")],
 )  # fmt: skip
 def test_other_bad_options_exit_2_with_a_message(small_log, tmp_path, option, value, word):
     result = run("plan", str(small_log), f"{option}={value}", "--no-measure", cwd=tmp_path)
@@ -234,3 +235,20 @@ def test_plan_measures_server_time_on_a_reachable_redis(small_log, tmp_path, rea
     server = json.loads((tmp_path / "out.json").read_text())["server_time"]
     assert server["kind"] == "measured" and server["source"].startswith("measured now")
     assert set(server["us_per_check"]) == {"log"} and server["note"] == ""
+
+
+def test_reorder_sets_how_late_a_line_may_be_and_still_be_decided_in_order(tmp_path):
+    """One line logged 2 s after a later one: within the default window it is put back
+    in order; with --reorder 1 it is decided late, and the JSON counts it."""
+    lines = [clf("192.0.2.1", T0_MS + k * 100) for k in range(40)]
+    lines.insert(30, clf("192.0.2.1", T0_MS + 800))  # 2.2 s earlier than the line before
+    log = tmp_path / "late.log"
+    log.write_text("\n".join(lines) + "\n")
+    late = {}
+    for reorder in ("300", "1"):
+        out = tmp_path / f"plan-{reorder}.json"
+        result = run("plan", str(log), "--reorder", reorder, "--no-measure", "--json", str(out),
+                     cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        late[reorder] = json.loads(out.read_text())["log"]["problems"]["late"]
+    assert late == {"300": 0, "1": 1}
