@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.book.test_plan import _outputs
+
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "plan_page.py"
 PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -90,13 +92,7 @@ def _sliding_log_rejections(sent: list[tuple[int, str]]) -> tuple[int, set[str]]
     return rejected, hurt
 
 
-def _text(notebook: dict) -> str:
-    texts = []
-    for cell in notebook["cells"]:
-        for out in cell.get("outputs", []):
-            texts.append("".join(out.get("text", "")))
-            texts.append("".join(out.get("data", {}).get("text/plain", "")))
-    return "\n".join(texts)
+_text = _outputs  # a notebook's text outputs, as tests/book/test_plan.py reads them
 
 
 def _make_plan(*variables: str) -> subprocess.CompletedProcess[str]:

@@ -8,6 +8,7 @@ import decimal
 import json
 import numbers
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -16,14 +17,14 @@ import pandas as pd
 from .problems import _NO_NS
 
 
-def _lookup(record: dict, name: str) -> Any:
-    """A field of a jsonl or csv record; a dotted name reaches into nested objects.
-    Missing: None."""
+def _lookup(record: Mapping[str, Any], name: str) -> Any:
+    """A field of a record (a jsonl or csv line, or a line's fields); a dotted name
+    reaches into nested objects. Missing: None."""
     if name in record:
         return record[name]
     value: Any = record
     for part in name.split("."):
-        if not isinstance(value, dict) or part not in value:
+        if not isinstance(value, Mapping) or part not in value:
             return None
         value = value[part]
     return value

@@ -555,15 +555,7 @@ def plan_log(
             progress=progress,
         )
 
-    def describe() -> dict[str, Any]:
-        return {
-            "path": str(path),
-            "example": example,
-            "format": reader.format,
-            "identity_field": reader.identity_field,
-            "cost": _cost_label(cost),
-            "problems": reader.problems,
-        }
+    describe = describer(reader, str(path), example, cost)
 
     try:
         return plan_trace(
@@ -577,9 +569,30 @@ def plan_log(
         raise accesslog.LogFormatError(f"{path} holds no request to plan on: {summary}") from None
 
 
+def describer(source: Any, path: str, example: bool, cost: Any) -> Callable[[], dict[str, Any]]:
+    """`plan_trace`'s `describe` for a log read by `source` (a reader, or several read as
+    one): what the trace cannot tell, asked once the reading is done."""
+
+    def describe() -> dict[str, Any]:
+        return {
+            "path": path,
+            "example": example,
+            "format": source.format,
+            "identity_field": source.identity_field,
+            "cost": _cost_label(cost),
+            "problems": source.problems,
+        }
+
+    return describe
+
+
 def _cost_label(cost: Any) -> str:
+    """How a request's cost is read, as the plan shows it."""
     if cost is None:
         return "1 per request"
     if isinstance(cost, str):
         return cost
+    spec = getattr(cost, "spec", None)  # a cost function named on the command line
+    if isinstance(spec, str):
+        return spec
     return getattr(cost, "__qualname__", None) or repr(cost)

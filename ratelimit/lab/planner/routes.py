@@ -85,8 +85,9 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 import pandas as pd
 
+from ..accesslog.fields import _lookup
 from .limits import parse_limit
-from .planning import _NoRequests, plan_trace
+from .planning import _cost_label, _NoRequests, describer, plan_trace
 from .report import _columns, _duration, _pct, _utc
 from .results import LogPlan, _plain
 from .servertime import DEFAULT_ALGORITHMS, ServerTimeChoice, choose_server_time
@@ -121,17 +122,6 @@ _STATUS = re.compile(r"^[1-5](?:\d\d|xx)$", re.IGNORECASE)
 
 # -- costs -----------------------------------------------------------------------------
 
-
-def _lookup(fields: Mapping[str, Any], name: str) -> Any:
-    """A field of a line; a dotted name reaches into nested objects. Missing: None."""
-    if name in fields:
-        return fields[name]
-    value: Any = fields
-    for part in name.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
 
 
 def _request_path(fields: Mapping[str, Any]) -> str:
@@ -217,15 +207,6 @@ def parse_cost(text: str) -> str | CostFunction:
     if not callable(function):
         raise ValueError(f"cost function {text!r}: {module_name}.{function_name} is not callable")
     return CostFunction(text, function, name)
-
-
-def _cost_text(cost: Any) -> str:
-    """How a request's cost is read, as the plan shows it."""
-    if cost is None:
-        return "1 per request"
-    if isinstance(cost, str | CostFunction):
-        return str(cost) if isinstance(cost, str) else cost.spec
-    return getattr(cost, "__qualname__", None) or repr(cost)
 
 
 # -- paths -----------------------------------------------------------------------------
@@ -358,7 +339,7 @@ class Route:
 
     @property
     def cost_text(self) -> str | None:
-        return None if self.cost is None else _cost_text(self.cost)
+        return None if self.cost is None else _cost_label(self.cost)
 
 
 def parse_route(text: str) -> Route:
@@ -827,17 +808,7 @@ def _reader(path: str | Path, fields: Sequence[str], cost: Any, reader_options: 
 
 
 def _log_describe(reader: Any, path: Any, example: bool, cost: Any) -> Callable[[], dict]:
-    def describe() -> dict[str, Any]:
-        return {
-            "path": str(path),
-            "example": example,
-            "format": reader.format,
-            "identity_field": reader.identity_field,
-            "cost": _cost_text(cost),
-            "problems": reader.problems,
-        }
-
-    return describe
+    return describer(reader, str(path), example, cost)
 
 
 _READER_OPTIONS = ("format", "identity", "time", "progress", "reorder_s", "chunk_lines")

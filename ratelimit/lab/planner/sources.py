@@ -37,7 +37,7 @@ import pandas as pd
 
 from ..timebase import seconds_to_ms
 from .limits import _candidate_limit
-from .planning import _cost_label, _NoRequests, plan_trace
+from .planning import _NoRequests, describer, plan_trace
 from .results import LogPlan
 from .servertime import DEFAULT_ALGORITHMS
 
@@ -303,15 +303,7 @@ def plan_logs(
         raise ValueError("scheduler and workers go with engine='dask'")
     logset = LogSet(paths, progress=progress, **options)
 
-    def describe() -> dict[str, Any]:
-        return {
-            "path": shown_paths(paths),
-            "example": example,
-            "format": logset.format,
-            "identity_field": logset.identity_field,
-            "cost": _cost_label(cost),
-            "problems": logset.problems,
-        }
+    describe = describer(logset, shown_paths(paths), example, cost)
 
     try:
         return plan_trace(logset, limits, algorithms, describe=describe, **planning)
