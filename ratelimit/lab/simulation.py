@@ -103,7 +103,9 @@ def _plan(traffic: pd.DataFrame, limiter: Any, offsets: Mapping[int, float] | No
 
 
 def _result(traffic: pd.DataFrame, plan: _Plan, columns: Columns) -> pd.DataFrame:
-    out = traffic.copy()
+    # Copy-on-write: the result shares the traffic's columns until either is written,
+    # and the decision columns are new arrays, so the traffic is never changed.
+    out = traffic.copy(deep=False)
     for name, values, dtype in zip(DECISION_COLUMNS, columns, _DTYPES, strict=True):
         column = np.empty(len(traffic), dtype=dtype)
         column[plan.order] = np.asarray(values, dtype=dtype)

@@ -145,6 +145,14 @@ def test_rows_keep_their_order_and_the_input_is_untouched():
     # Decided in time order: 0.1 (a), 0.2 (a) admitted, 0.3 (a) rejected.
     assert out["allowed"].tolist() == [False, True, True, True]
     assert out["retry_after_ms"].tolist()[0] == 800
+    # The result shares no writable state with the input, nor with a replay of itself.
+    again = replay(out, reference.SlidingWindowLimiter(1, 1))
+    assert again["allowed"].tolist() == [False, True, False, True]
+    assert out["allowed"].tolist() == [False, True, True, True]
+    out.loc[0, "time"] = 99.0
+    again.loc[1, "identity"] = "c"
+    pd.testing.assert_frame_equal(trace, before)
+    assert out["identity"].tolist() == ["a", "a", "a", "b"]
 
 
 def test_extra_columns_pass_through():
