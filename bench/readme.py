@@ -370,6 +370,37 @@ def _compiled_row(c: dict[str, Any]) -> list[str]:
     return [label, text]
 
 
+def _logplan(lp: dict[str, Any]) -> str:
+    """The log plans of one run: the four algorithms at two sizes (memory), then one
+    algorithm read ahead and in turn, and with the recommendation, when measured."""
+    runs = lp["runs"]
+    big, small = runs["big"], runs["small"]
+
+    def mib(run: dict[str, Any]) -> str:
+        return f"{run['peak_rss_bytes'] / 2**20:,.0f} MiB"
+
+    text = (
+        f"{big['lines']:,} lines ({big['bytes'] / 1e9:.1f} GB, {lp['identities']:,} API "
+        f"keys, {lp['limit']}, four algorithms) in {big['plan_seconds']:,.0f} s, "
+        f"{_n(big['lines_per_s'])} lines/s, peak RSS {mib(big)}; {small['lines']:,} lines: "
+        f"peak RSS {mib(small)} ({lp['rss_ratio_big_to_small']:.2f}x for ten times the lines)"
+    )
+    one, turn = runs.get("one algorithm"), runs.get("one algorithm, in turn")
+    if one is not None and turn is not None:
+        text += (
+            f"; one algorithm: {_n(one['lines_per_s'])} lines/s reading ahead, "
+            f"{_n(turn['lines_per_s'])} in turn ({lp['read_ahead_x']:.2f}x), peak RSS "
+            f"{mib(one)}"
+        )
+    kept = runs.get("recommended")
+    if kept is not None:
+        text += (
+            f"; with the recommendation (every request kept): {_n(kept['lines_per_s'])} "
+            f"lines/s, peak RSS {mib(kept)}"
+        )
+    return text
+
+
 def _other_parts(record: dict[str, Any]) -> list[str]:
     rows = []
     nc = record.get("nearcache")
@@ -382,17 +413,7 @@ def _other_parts(record: dict[str, Any]) -> list[str]:
     if lp is None:
         rows.append([name, NOT_MEASURED])
     else:
-        big, small = lp["runs"]["big"], lp["runs"]["small"]
-        rows.append(
-            [
-                name,
-                f"{big['lines']:,} lines ({big['bytes'] / 1e9:.1f} GB, {lp['identities']:,} API "
-                f"keys, {lp['limit']}, four algorithms) in {big['plan_seconds']:,.0f} s, "
-                f"{_n(big['lines_per_s'])} lines/s, peak RSS {big['peak_rss_bytes'] / 2**20:,.0f} "
-                f"MiB; {small['lines']:,} lines: peak RSS {small['peak_rss_bytes'] / 2**20:,.0f} "
-                f"MiB ({lp['rss_ratio_big_to_small']:.2f}x for ten times the lines)",
-            ]
-        )
+        rows.append([name, _logplan(lp)])
     name = "reference model replay"
     if r is None:
         rows.append([name, NOT_MEASURED])
