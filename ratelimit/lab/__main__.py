@@ -87,6 +87,12 @@ def _top(text: str) -> int:
     return int(text)
 
 
+def _chunks_ahead(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"read-ahead must be a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 def _route(text: str) -> Any:
     from .planner import routes
 
@@ -163,6 +169,7 @@ def _plan(args: argparse.Namespace) -> int:
         "cost": args.cost,
         "time": args.time,
         "reorder_s": args.reorder,
+        "read_ahead": args.read_ahead,
         "redis_url": args.redis,
         "measure": not args.no_measure,
         "headroom": args.headroom,
@@ -459,6 +466,15 @@ def parser() -> argparse.ArgumentParser:
     )
     plan.add_argument(
         "--no-progress", action="store_true", help="no progress bar while reading a long log"
+    )
+    plan.add_argument(
+        "--read-ahead",
+        type=_chunks_ahead,
+        default=1,
+        metavar="CHUNKS",
+        help="how many chunks of the log (a million requests each) a thread may read ahead "
+        "while the one before is planned, so reading and planning use two cores; 0 reads "
+        "and plans in turn, on one (default: 1)",
     )
     # What to answer beyond the candidates: the recommendation, when and who.
     plan.add_argument(

@@ -61,7 +61,7 @@ __all__ = ["Codes", "Replayer", "MAX_EXACT_MS"]
 # marks identities that were decided at least once (the model then holds their state).
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _log_kernel(
     codes, times, costs, start, limit, window,
     off, cap, head, size, below, keys, ends, top, seen,
@@ -129,7 +129,7 @@ def _log_kernel(
     return codes.shape[0]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fw_kernel(
     codes, times, costs, start, limit, window,
     has, stored, used_in, seen, allowed, remaining, retry,
@@ -158,7 +158,7 @@ def _fw_kernel(
     return codes.shape[0]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _swc_estimate(t, window, has, w, c, p):
     """The model's estimate_at(t) for state (w, c, p)."""
     number = math.floor(t / window)
@@ -174,7 +174,7 @@ def _swc_estimate(t, window, has, w, c, p):
     return prev * ((window - elapsed) / window) + cur
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _swc_kernel(
     codes, times, costs, start, limit, window,
     has, ws, cs, ps, seen, allowed, remaining, retry,
@@ -224,7 +224,7 @@ def _swc_kernel(
     return codes.shape[0]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _gcra_kernel(
     codes, times, costs, start, interval, tolerance, epsilon,
     has, tats, seen, allowed, remaining, retry,
@@ -540,10 +540,17 @@ class Codes:
     def __init__(self) -> None:
         self._index: dict[Any, int] = {}
         self._names: list[Any] = []
+        # The categories last met (a reader keeps one until it meets a new name) and
+        # the code of each, -1 where none is given yet.
+        self._categories: Any = None
+        self._category_names: list[Any] = []
+        self._by_category = np.zeros(0, dtype=np.int64)
 
     def encode(self, identities: Iterable[Any]) -> np.ndarray:
         """Codes for `identities` (a column, array or list), int64, new ones appended."""
         if isinstance(identities, pd.Series | pd.Index):
+            if isinstance(identities.dtype, pd.CategoricalDtype):
+                return self._encode_categorical(identities.array)
             values = identities.to_numpy(dtype=object)
         elif isinstance(identities, np.ndarray):
             if identities.ndim != 1:
@@ -565,6 +572,33 @@ class Codes:
                 names.append(who)
             mapping[j] = code
         return mapping[local]
+
+    def _encode_categorical(self, column: Any) -> np.ndarray:
+        """`encode` for a categorical column, by its codes (no text is hashed): the
+        same codes, new identities numbered in the order they first appear."""
+        local = np.asarray(column.codes, dtype=np.int64)
+        if len(local) and local.min() < 0:
+            raise ValueError("identities must not be missing (None or NaN)")
+        if column.categories is not self._categories:
+            # A reader only ever appends categories: look up the new ones alone.
+            self._categories = column.categories
+            names, known = self._categories.tolist(), self._category_names
+            kept = len(known) if names[: len(known)] == known else 0
+            looked_up = [self._index.get(w, -1) for w in names[kept:]]
+            self._by_category = np.concatenate(
+                [self._by_category[:kept], np.array(looked_up, dtype=np.int64)]
+            )
+            self._category_names = names
+        codes = self._by_category[local]
+        fresh = codes < 0
+        if fresh.any():
+            found, first = np.unique(local[fresh], return_index=True)
+            for category in found[np.argsort(first, kind="stable")].tolist():
+                who = self._category_names[category]
+                self._by_category[category] = self._index[who] = len(self._names)
+                self._names.append(who)
+            codes = self._by_category[local]
+        return codes
 
     def __len__(self) -> int:
         return len(self._names)

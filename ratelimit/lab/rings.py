@@ -25,12 +25,12 @@ FIRST_RING = 2  # pairs in an identity's first ring (a power of two)
 _MIN_POOL = 1024
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def slot(off, cap, head, k, j):
     return off[k] + ((head[k] + j) & (cap[k] - 1))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def unwrap(off, cap, head, k, n, keys, vals, to_keys, to_vals, start):
     """Copy the first `n` pairs of identity k's ring, in order, to `start` onwards."""
     for j in range(n):
@@ -39,7 +39,7 @@ def unwrap(off, cap, head, k, n, keys, vals, to_keys, to_vals, start):
         to_vals[start + j] = vals[s]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def make_room(k, need, off, cap, head, size, keys, vals, top):
     """Give identity k a ring of at least `need` pairs, moving its pairs (False: the
     pool is full, nothing changed)."""
@@ -59,7 +59,7 @@ def make_room(k, need, off, cap, head, size, keys, vals, top):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def packed_caps(cap, size):
     """Each ring's size once packed: none when empty, halved while a quarter full."""
     out = np.zeros_like(cap)
@@ -73,7 +73,7 @@ def packed_caps(cap, size):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def compact(off, cap, head, size, new_caps, keys, vals, new_keys, new_vals):
     """Copy every ring into a new pool, unwrapped, packed, at its `new_caps` size.
     Returns the new pool's top."""
@@ -165,7 +165,7 @@ class Pool:
         return sum(a.nbytes for a in arrays)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def first_after(off, cap, head, keys, k, n, edge):
     """Logical index of identity k's first pair whose key is > edge (n if none)."""
     if n == 0 or keys[slot(off, cap, head, k, 0)] > edge:

@@ -26,7 +26,7 @@ __all__ = ["WindowPeaks", "DEFAULT_REORDER_MS"]
 DEFAULT_REORDER_MS = 300_000
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _peaks_kernel(
     codes, times, weights, start, window, horizon,
     off, cap, head, size, keys, vals, top, wstart, wsum, peaks, late,

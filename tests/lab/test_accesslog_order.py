@@ -2,7 +2,8 @@
 file's content alone: not on the block size, the chunk size or gzip.
 
 The expected order comes from a line-by-line model of the documented rule, written
-here; the reader must agree with it, and with itself however the file is cut.
+here; the reader must agree with it, and with itself however the file is cut and however
+far a thread reads ahead.
 """
 
 from __future__ import annotations
@@ -72,10 +73,16 @@ def write_log(path, specs, gz: bool) -> tuple[list[int], list[str]]:
     return times, hosts
 
 
-def read_with(path, block_bytes: int, chunk_lines: int, reorder_s: float):
+def read_with(path, block_bytes: int, chunk_lines: int, reorder_s: float, read_ahead: int = 1):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(blocks, "BLOCK_BYTES", block_bytes)
-        reader = LogReader(path, chunk_lines=chunk_lines, reorder_s=reorder_s, fields=("agent",))
+        reader = LogReader(
+            path,
+            chunk_lines=chunk_lines,
+            reorder_s=reorder_s,
+            fields=("agent",),
+            read_ahead=read_ahead,
+        )
         chunks = list(reader)
     return chunks, reader.problems
 
@@ -95,8 +102,8 @@ def test_late_lines_and_order_do_not_depend_on_how_the_log_is_read(tmp_path, spe
     first = None
     for path in (plain, packed):
         for block_bytes in (64, 333, blocks.BLOCK_BYTES):
-            for chunk_lines in (1, 4, 10**6):
-                chunks, problems = read_with(path, block_bytes, chunk_lines, reorder_s)
+            for chunk_lines, read_ahead in ((1, 2), (4, 0), (10**6, 1)):
+                chunks, problems = read_with(path, block_bytes, chunk_lines, reorder_s, read_ahead)
                 assert all(0 < len(c) <= chunk_lines for c in chunks)
                 assert all(c["time"].is_monotonic_increasing for c in chunks)  # the replay's need
                 trace = pd.concat(chunks, ignore_index=True)
@@ -116,7 +123,8 @@ def test_the_plan_does_not_depend_on_how_the_log_is_read(tmp_path_factory, specs
     path = folder / "access.log"
     write_log(path, specs, gz=False)
     plans = []
-    for block_bytes, chunk_lines in ((64, 1), (333, 3), (blocks.BLOCK_BYTES, 10**6)):
+    ways = ((64, 1, 0), (333, 3, 2), (blocks.BLOCK_BYTES, 10**6, 1))
+    for block_bytes, chunk_lines, read_ahead in ways:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(blocks, "BLOCK_BYTES", block_bytes)
             plan = planner.plan_log(
@@ -126,6 +134,7 @@ def test_the_plan_does_not_depend_on_how_the_log_is_read(tmp_path_factory, specs
                 measure=False,
                 chunk_lines=chunk_lines,
                 reorder_s=1.0,
+                read_ahead=read_ahead,
             )
         plans.append(plan.to_dict())
     assert plans[0] == plans[1] == plans[2]

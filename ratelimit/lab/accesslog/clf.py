@@ -34,7 +34,7 @@ _MONTHS = np.array(
 _MONTH_DAYS = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _number(buf, p, count):
     """The `count` decimal digits at `p` as an int, or -1."""
     value = 0
@@ -46,7 +46,7 @@ def _number(buf, p, count):
     return value
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _days_from_civil(y, m, d):
     """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
     y -= m <= 2
@@ -57,7 +57,7 @@ def _days_from_civil(y, m, d):
     return era * 146097 + doe - 719468
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _clf_ns(buf, p, q):
     """Epoch ns of the CLF time 'dd/Mon/yyyy:HH:MM:SS[.fraction] +hhmm' in [p, q), or _NO_NS."""
     if q - p < 26:
@@ -108,7 +108,7 @@ def _clf_ns(buf, p, q):
     return seconds * 1_000_000_000 + fraction
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _token(buf, p, e):
     """End of the token at `p` (up to a space or the line end); -1 on a control byte."""
     while p < e and buf[p] != 32:
@@ -118,7 +118,7 @@ def _token(buf, p, e):
     return p
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _quoted(buf, p, e):
     """End of the quoted text that starts after the quote at p - 1 (backslash escapes);
     -1 when it is not closed or holds a control byte."""
@@ -132,7 +132,7 @@ def _quoted(buf, p, e):
     return -1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _scan_line(buf, s, e, spans):
     """Fill one line's spans; its verdict (_OK, _BLANK, ...). Once the client, time and
     request are read, a field after them that cannot be read makes the line _PARTIAL,
@@ -214,7 +214,7 @@ def _scan_line(buf, s, e, spans):
     return _OK
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _scan_clf(buf, starts, ends, spans, times, verdicts):
     """Scan every line [starts[i], ends[i]) of `buf`: spans, epoch ns, verdicts."""
     for i in range(starts.size):
@@ -227,7 +227,7 @@ def _scan_clf(buf, starts, ends, spans, times, verdicts):
         verdicts[i] = verdict
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _span_ints(buf, lo, hi, out):
     """Each span as a decimal integer 1..10**18 - 1, or 0 where it is not one."""
     for i in range(lo.size):
@@ -236,7 +236,7 @@ def _span_ints(buf, lo, hi, out):
         out[i] = value if value > 0 else 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _request_parts(buf, lo, hi, out):
     """out[i]: the [start, end) spans of request i's method, path and protocol, or
     empty spans unless the request is three parts parted by single spaces."""

@@ -13,7 +13,7 @@ from numba import njit
 from ratelimit import identity
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fnv(buf, lo, hi):
     """64-bit FNV-1a of buf[lo:hi]."""
     h = np.uint64(14695981039346656037)
@@ -22,13 +22,13 @@ def _fnv(buf, lo, hi):
     return h
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _span_hashes(buf, lo, hi, out):
     for i in range(lo.size):
         out[i] = _fnv(buf, lo[i], hi[i])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _find(buf, lo, hi, keys, table, pool, start, length, out):
     """out[i]: the slot whose bytes equal buf[lo[i]:hi[i]], or -1. `table` is an open-
     addressing hash table (linear probing) of slots by hash; equal hashes are told
@@ -50,7 +50,7 @@ def _find(buf, lo, hi, keys, table, pool, start, length, out):
             j = np.int64((j + 1) & (table.size - 1))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _insert(keys, table, hashes, slots):
     """Put `slots` into the table under their `hashes`."""
     mask = np.uint64(table.size - 1)
@@ -77,6 +77,7 @@ class _Identities:
         self.by_name: dict[str, int] = {}
         self.names: list[str] = []
         self._array = np.empty(0, dtype=object)
+        self._dtype = pd.CategoricalDtype([])
         # Raws met so far, by slot: their bytes (in one pool), hashes and codes, and a
         # hash table of slots.
         self._pool = np.empty(0, dtype=np.uint8)
@@ -114,14 +115,17 @@ class _Identities:
         slots = np.empty(len(lo), dtype=np.int64)
         self._find(buf, lo, hi, slots)
         missing = np.flatnonzero(slots < 0)
-        if len(missing):
-            new: dict[bytes, int] = {}
-            for i in missing.tolist():
-                new.setdefault(buf[lo[i] : hi[i]].tobytes(), i)
-            self._add(buf, np.fromiter(new.values(), np.int64, len(new)), lo, hi)
+        while len(missing):
+            # One row per new raw, told apart by hash; raws whose hashes collide are
+            # added on the next round (each round adds at least one).
+            hashes = np.empty(len(missing), dtype=np.uint64)
+            _span_hashes(buf, lo[missing], hi[missing], hashes)
+            first = np.sort(np.unique(hashes, return_index=True)[1])
+            self._add(buf, missing[first], lo, hi)
             found = np.empty(len(missing), dtype=np.int64)
             self._find(buf, lo[missing], hi[missing], found)
             slots[missing] = found
+            missing = missing[found < 0]
         return self._slot_code[slots]
 
     def _find(self, buf: np.ndarray, lo: np.ndarray, hi: np.ndarray, out: np.ndarray) -> None:
@@ -149,7 +153,12 @@ class _Identities:
         else:
             _insert(self._keys, self._table, hashes, slots)
 
-    def of(self, codes: np.ndarray) -> Any:
+    def of(self, codes: np.ndarray, dtype: str = "str") -> Any:
+        """The identities of `codes`: their text, or a categorical of the names so far."""
+        if dtype == "category":
+            if len(self._dtype.categories) < len(self.names):
+                self._dtype = pd.CategoricalDtype(self.names)
+            return pd.Categorical.from_codes(codes, dtype=self._dtype)
         if len(self._array) < len(self.names):
             self._array = np.array(self.names, dtype=object)
         return pd.array(self._array[codes], dtype="str")

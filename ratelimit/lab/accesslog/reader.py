@@ -4,7 +4,7 @@ rows reordered and released as trace chunks (see `ratelimit.lab.accesslog`)."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from ratelimit import validation
 
 from ..traffic import _floor_ms_exact
 from . import blocks
+from .ahead import ahead
 from .blocks import _bar, _Block, _chunks, _lines_of, _open, _pieces, _Reorder, _Rows
 from .clf import _CLF_SPAN, _EXTRA, _clf_fields, _columns, _extras, _scan, _span_ints
 from .fields import _cost_of, _csv_row, _lookup, _missing, _text, _times_ns
@@ -66,7 +67,10 @@ class LogReader:
     but not under pytest or with RATELIMIT_PROGRESS=0). `fields`: more fields to carry,
     each a column of text in every chunk ("" where a line lacks it): for clf and combined
     the format's field names (`CLF_FIELDS` and the extras), for jsonl and csv a (dotted)
-    field name.
+    field name. `read_ahead`: how many chunks a thread of their own may parse ahead
+    while the caller works on the one before (0: parse each chunk when it is asked for);
+    the chunks are the same either way. `identity_dtype`: "str" (each row its text) or
+    "category" (the names held once, each row a code: what a planner groups by fastest).
 
     Raises LogFormatError at once for a file that is not a log or a field it lacks.
     Iterating reads the file (again, on each iteration); `problems` is complete when the
@@ -86,8 +90,14 @@ class LogReader:
         reorder_s: float = 300.0,
         progress: bool | None = None,
         fields: Sequence[str] = (),
+        read_ahead: int = 1,
+        identity_dtype: str = "str",
     ) -> None:
         self.path = Path(path)
+        self.read_ahead = validation.count("read_ahead", read_ahead, minimum=0)
+        if identity_dtype not in ("str", "category"):
+            raise ValueError(f'identity_dtype must be "str" or "category", got {identity_dtype!r}')
+        self.identity_dtype = identity_dtype
         self.ipv6_prefix = validation.positive_int("ipv6_prefix", ipv6_prefix, 128)
         self.chunk_lines = validation.count("chunk_lines", chunk_lines)
         self.reorder_s = validation.non_negative("reorder_s", reorder_s)
@@ -333,6 +343,9 @@ class LogReader:
     # -- iterating ---------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[pd.DataFrame]:
+        return ahead(self._read(), self.read_ahead)
+
+    def _read(self) -> Generator[pd.DataFrame, None, None]:
         self.problems = problems = Problems(reorder_s=self.reorder_s)
         self.peak_buffered = 0
         identities = _Identities(self.ipv6_prefix)
@@ -359,24 +372,23 @@ class LogReader:
                         ready = _Rows.concat([pending, ready]) if len(pending) else ready
                         chunks, pending = _chunks(ready, self.chunk_lines, final=False)
                         for chunk in chunks:
-                            yield self._frame(chunk, identities, self.fields)
+                            yield self._frame(chunk, identities)
                 rest = _Rows.concat([pending, order.flush()])
                 for chunk in _chunks(rest, self.chunk_lines, final=True)[0]:
-                    yield self._frame(chunk, identities, self.fields)
+                    yield self._frame(chunk, identities)
         finally:
             stream.close()
             raw.close()
 
-    @staticmethod
-    def _frame(rows: _Rows, identities: _Identities, fields: tuple[str, ...]) -> pd.DataFrame:
+    def _frame(self, rows: _Rows, identities: _Identities) -> pd.DataFrame:
         n = len(rows)
         columns = {
             "time": _floor_ms_exact(rows.time_ns),
-            "identity": identities.of(rows.code),
+            "identity": identities.of(rows.code, self.identity_dtype),
             "cost": rows.cost,
             "replica": np.zeros(n, dtype=np.int64),
         }
-        for k, name in enumerate(fields):
+        for k, name in enumerate(self.fields):
             columns[name] = pd.array(rows.fields[:, k], dtype="str")
         return pd.DataFrame(columns, index=pd.RangeIndex(n))
 

@@ -291,8 +291,9 @@ def _candidates(limits: Sequence[Any], algorithms: Sequence[str]) -> list[_Candi
     return candidates
 
 
-def _columns_of(chunk: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A chunk's seconds, whole-ms times, costs and identities, checked."""
+def _columns_of(chunk: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+    """A chunk's seconds, whole-ms times, costs and identities (a categorical column as
+    it is), checked."""
     needed = ("time", "identity", "cost")
     missing = [c for c in needed if c not in getattr(chunk, "columns", ())]
     if missing:
@@ -306,7 +307,10 @@ def _columns_of(chunk: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
         raise ValueError(f"cost must be integers, got dtype {costs.dtype}")
     if len(costs) and costs.min() < 1:
         raise ValueError("a request's cost must be >= 1")
-    return seconds, times, costs.astype(np.int64), chunk["identity"].to_numpy(dtype=object)
+    identities = chunk["identity"]
+    if not isinstance(identities.dtype, pd.CategoricalDtype):
+        identities = identities.to_numpy(dtype=object)
+    return seconds, times, costs.astype(np.int64), identities
 
 
 def _memory_table(given: Any) -> tuple[pd.DataFrame, str]:
@@ -519,6 +523,7 @@ def plan_log(
     progress: bool | None = None,
     reorder_s: float = 300.0,
     chunk_lines: int = 1_000_000,
+    read_ahead: int = 1,
     memory_table: str | Path | pd.DataFrame | None = None,
     bench_record: str | Path | None = None,
     example: bool = False,
@@ -527,9 +532,9 @@ def plan_log(
 ) -> LogPlan:
     """Plan each candidate of `limits` ("100/min", ...) x `algorithms` on the access log
     at `path`, read once in chunks of `chunk_lines` (see the module docstring for every
-    figure). `format`, `identity`, `cost`, `time`, `reorder_s` and `progress` go to
-    `accesslog.LogReader`. The Redis plan measures server time on `redis_url` unless
-    `measure` is False (see `choose_server_time`), and sizes shards of
+    figure). `format`, `identity`, `cost`, `time`, `reorder_s`, `progress` and
+    `read_ahead` go to `accesslog.LogReader`. The Redis plan measures server time on
+    `redis_url` unless `measure` is False (see `choose_server_time`), and sizes shards of
     `shard_memory_bytes` keeping `headroom` free. `top`: how many of the busiest
     identities affected each candidate lists. `example` marks the lab's
     example log in the report. `affect`: the share of clients a recommended limit may
@@ -541,18 +546,14 @@ def plan_log(
     limits = list(limits)
     for spec in limits:
         _candidate_limit(spec)  # bad limits fail before the log is read
-    options = dict(format=format, identity=identity, cost=cost, time=time)
-    reader = accesslog.LogReader(
-        path, **options, chunk_lines=chunk_lines, reorder_s=reorder_s, progress=progress
-    )
+    options: dict[str, Any] = dict(format=format, identity=identity, cost=cost, time=time)
+    options |= dict(chunk_lines=chunk_lines, reorder_s=reorder_s, progress=progress)
+    options |= dict(read_ahead=read_ahead)
+    options |= dict(identity_dtype="category")  # grouped by code, never by text
+    reader = accesslog.LogReader(path, **options)
     if reader.format == "combined":  # the offenders are named with their user agent
         reader = accesslog.LogReader(
-            path,
-            **options | {"format": reader.format},
-            fields=("agent",),
-            chunk_lines=chunk_lines,
-            reorder_s=reorder_s,
-            progress=progress,
+            path, **options | {"format": reader.format}, fields=("agent",)
         )
 
     describe = describer(reader, str(path), example, cost)

@@ -811,7 +811,9 @@ def _log_describe(reader: Any, path: Any, example: bool, cost: Any) -> Callable[
     return describer(reader, str(path), example, cost)
 
 
-_READER_OPTIONS = ("format", "identity", "time", "progress", "reorder_s", "chunk_lines")
+_READER_OPTIONS = (
+    "format", "identity", "time", "progress", "reorder_s", "chunk_lines", "read_ahead",
+)  # fmt: skip
 
 
 def plan_routes(
@@ -828,8 +830,8 @@ def plan_routes(
     with its own limit and key, on the requests of the access log at `path` that the
     filters `where` keep (see the module docstring). `cost` prices the requests of a
     route without a cost of its own (a field, a `CostFunction`, a callable). `options`:
-    the reader's (`format`, `identity`, `time`, `progress`, `reorder_s`, `chunk_lines`)
-    and `plan_trace`'s (`measure`, `redis_url`, `top`, `headroom`, ...)."""
+    the reader's (`format`, `identity`, `time`, `progress`, `reorder_s`, `chunk_lines`,
+    `read_ahead`) and `plan_trace`'s (`measure`, `redis_url`, `top`, `headroom`, ...)."""
     from .. import accesslog
 
     routes = _routes(routes)

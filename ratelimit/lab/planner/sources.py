@@ -270,6 +270,7 @@ def plan_logs(
     time: str | None = None,
     reorder_s: float = 300.0,
     chunk_lines: int = 1_000_000,
+    read_ahead: int = 1,
     progress: bool | None = None,
     example: bool = False,
     **planning: Any,
@@ -291,7 +292,7 @@ def plan_logs(
         _candidate_limit(spec)  # bad limits fail before a log is read
     paths = expand_logs(logs if not isinstance(logs, str | Path) else [logs])
     options = dict(format=format, identity=identity, cost=cost, time=time,
-                   reorder_s=reorder_s, chunk_lines=chunk_lines)  # fmt: skip
+                   reorder_s=reorder_s, chunk_lines=chunk_lines, read_ahead=read_ahead)  # fmt: skip
     if engine == "dask":
         from .distributed import plan_on_dask
 

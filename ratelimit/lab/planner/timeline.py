@@ -32,7 +32,7 @@ def hours_of(times_ms: np.ndarray) -> np.ndarray:
     return (np.asarray(times_ms, dtype=np.int64) % DAY_MS) // HOUR_MS
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _stretch_kernel(codes, times, allowed, window, start, last, best, best_from, best_until):
     for i in range(codes.shape[0]):
         k = codes[i]
