@@ -4,9 +4,12 @@ speed and the memory ratio; the README's row quotes the runs."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench import logplan, readme, targets
 
 
+@pytest.mark.timeout(600)  # five plans, each a process of its own; a cold venv compiles
 def test_every_plan_of_the_part_runs_and_is_judged():
     report = logplan.run(lines=4_000, identities=120)
     runs = report["runs"]
