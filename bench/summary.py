@@ -128,13 +128,15 @@ def _logplan(lp: dict[str, Any]) -> list[str]:
     """The access logs planned end to end, with each planning process's peak memory."""
     out = [
         f"access log planned end to end: python -m ratelimit.lab plan --limit {lp['limit']}, "
-        f"all four algorithms, {lp['identities']:,} API keys; one process per log",
-        f"{'log':6} {'lines':>12} {'GB':>6} {'seconds':>8} {'lines/s':>11} {'peak RSS MiB':>13}",
+        f"{lp['identities']:,} API keys; one process per plan",
+        f"{'plan':22} {'lines':>12} {'GB':>6} {'seconds':>8} {'lines/s':>11} {'peak RSS MiB':>13}"
+        "  arguments",
     ]
     for name, r in lp["runs"].items():
         out.append(
-            f"{name:6} {r['lines']:>12,} {r['bytes'] / 1e9:>6.2f} {r['plan_seconds']:>8.1f} "
+            f"{name:22} {r['lines']:>12,} {r['bytes'] / 1e9:>6.2f} {r['plan_seconds']:>8.1f} "
             f"{r['lines_per_s']:>11,.0f} {r['peak_rss_bytes'] / 2**20:>13,.0f}"
+            f"  {r.get('arguments', 'the four algorithms')}"
         )
     out.append(f"peak RSS, big log / small log: {lp['rss_ratio_big_to_small']:.2f}")
     return out
