@@ -36,11 +36,10 @@ LIMIT = "100/min"
 
 
 QUIET = ("--affect", "none", "--no-spread")  # nothing kept per request
+FOUR = tuple(a for name in ("log", "fw", "swc", "gcra") for a in ("--algorithm", name))
 RUNS = (  # name, log, arguments beyond the limit
-    ("small", "small", ("--algorithm", "log", "--algorithm", "fw", "--algorithm", "swc",
-                        "--algorithm", "gcra", *QUIET)),
-    ("big", "big", ("--algorithm", "log", "--algorithm", "fw", "--algorithm", "swc",
-                    "--algorithm", "gcra", *QUIET)),
+    ("small", "small", (*FOUR, *QUIET)),
+    ("big", "big", (*FOUR, *QUIET)),
     ("one algorithm", "big", ("--algorithm", "log", *QUIET)),
     ("one algorithm, in turn", "big", ("--algorithm", "log", "--read-ahead", "0", *QUIET)),
     ("recommended", "big", ("--algorithm", "log")),

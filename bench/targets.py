@@ -513,11 +513,14 @@ def _logplan_targets(lp: dict[str, Any]) -> list[dict]:
         "unit": "x",
     }
     rows = [judged(row, LOGPLAN_RSS_RATIO, "<=")]
-    for name, need in (("one algorithm", LOGPLAN_MILLIONS), ("big", None)):
+    speeds = (
+        ("one algorithm", "one limit, one algorithm", LOGPLAN_MILLIONS),
+        ("big", "one limit, four algorithms", None),
+    )
+    for name, what, need in speeds:
         run = runs.get(name)
         if run is None:
             continue
-        what = "one limit, one algorithm" if name != "big" else "one limit, four algorithms"
         speed = {
             "target": f"access log planned end to end, {run['lines']:,} lines, {what} "
             f"({run['peak_rss_bytes'] / 2**20:,.0f} MiB peak RSS)",

@@ -20,6 +20,7 @@ import re
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,16 +82,19 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _top(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"top must be a whole number >= 0, got {text!r}")
-    return int(text)
+def _whole(name: str) -> Callable[[str], int]:
+    """An argparse type: a whole number >= 0, refused naming the option `name`."""
+
+    def parse(text: str) -> int:
+        if not text.isdigit():
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number >= 0, got {text!r}")
+        return int(text)
+
+    return parse
 
 
-def _chunks_ahead(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"read-ahead must be a whole number >= 0, got {text!r}")
-    return int(text)
+_top = _whole("top")
+_chunks_ahead = _whole("read-ahead")
 
 
 def _route(text: str) -> Any:

@@ -563,15 +563,18 @@ class Codes:
         local, uniques = pd.factorize(values)
         if (local < 0).any():
             raise ValueError("identities must not be missing (None or NaN)")
-        index, names = self._index, self._names
+        index = self._index
         mapping = np.empty(len(uniques), dtype=np.int64)
         for j, who in enumerate(uniques):
             code = index.get(who)
-            if code is None:
-                code = index[who] = len(names)
-                names.append(who)
-            mapping[j] = code
+            mapping[j] = self._new(who) if code is None else code
         return mapping[local]
+
+    def _new(self, who: Any) -> int:
+        """The next code, given to `who`."""
+        code = self._index[who] = len(self._names)
+        self._names.append(who)
+        return code
 
     def _encode_categorical(self, column: Any) -> np.ndarray:
         """`encode` for a categorical column, by its codes (no text is hashed): the
@@ -594,9 +597,7 @@ class Codes:
         if fresh.any():
             found, first = np.unique(local[fresh], return_index=True)
             for category in found[np.argsort(first, kind="stable")].tolist():
-                who = self._category_names[category]
-                self._by_category[category] = self._index[who] = len(self._names)
-                self._names.append(who)
+                self._by_category[category] = self._new(self._category_names[category])
             codes = self._by_category[local]
         return codes
 

@@ -121,7 +121,7 @@ class _Identities:
             hashes = np.empty(len(missing), dtype=np.uint64)
             _span_hashes(buf, lo[missing], hi[missing], hashes)
             first = np.sort(np.unique(hashes, return_index=True)[1])
-            self._add(buf, missing[first], lo, hi)
+            self._add(buf, missing[first], lo, hi, hashes[first])
             found = np.empty(len(missing), dtype=np.int64)
             self._find(buf, lo[missing], hi[missing], found)
             slots[missing] = found
@@ -131,13 +131,14 @@ class _Identities:
     def _find(self, buf: np.ndarray, lo: np.ndarray, hi: np.ndarray, out: np.ndarray) -> None:
         _find(buf, lo, hi, self._keys, self._table, self._pool, self._start, self._length, out)
 
-    def _add(self, buf: np.ndarray, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
-        """New slots for the raws at `rows`: their bytes, hashes and codes."""
+    def _add(
+        self, buf: np.ndarray, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, hashes: np.ndarray
+    ) -> None:
+        """New slots for the raws at `rows` (whose `hashes` are given): their bytes,
+        hashes and codes."""
         pieces = [buf[lo[i] : hi[i]] for i in rows]
         texts = [p.tobytes().decode("utf-8", "backslashreplace") for p in pieces]
         lengths = (hi[rows] - lo[rows]).astype(np.int64)
-        hashes = np.empty(len(rows), dtype=np.uint64)
-        _span_hashes(buf, lo[rows], hi[rows], hashes)
         slots = len(self._slot_code) + np.arange(len(rows), dtype=np.int64)
         self._start = np.concatenate([self._start, len(self._pool) + np.cumsum(lengths) - lengths])
         self._length = np.concatenate([self._length, lengths])

@@ -36,7 +36,7 @@ def _live_kernel(codes, times, life, last, before, after, state):
             else:
                 final = -1
             alive -= 1
-        if before[c] == -2 or last[c] + life <= t:
+        if before[c] == -2:  # not live: every key expired by t has left the list
             alive += 1
         elif c != final:  # unlink it: it moves to the end
             if before[c] >= 0:
