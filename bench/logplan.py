@@ -11,8 +11,10 @@ resident memory (`ru_maxrss` of that child alone, from `os.wait4`). The plans (`
 - `one algorithm`: the big log, one limit, the sliding log, reading ahead in a thread
   (the default), and `one algorithm, in turn`: the same with `--read-ahead 0`, reading
   and planning taking turns on one core. Their ratio is what the second core gives.
-- `recommended`: the big log, one algorithm, with the default recommendation, which
-  keeps every request (20 bytes each) to replay other limits on: its speed and memory.
+- `recommended, small` and `recommended`: the small and the big log, one algorithm, as
+  a plan runs by default: with the recommendation, which keeps every request (20 bytes
+  each; beyond a bound in a temporary file) to replay other limits on. The ratio of
+  their peaks says whether a default plan's memory is bounded too.
 
 The logs are written by `samplelog.write_large` into a scratch folder and deleted
 afterwards; every plan must count every line of its log as a request, or the part fails.
@@ -39,6 +41,7 @@ QUIET = ("--affect", "none", "--no-spread")  # nothing kept per request
 FOUR = tuple(a for name in ("log", "fw", "swc", "gcra") for a in ("--algorithm", name))
 RUNS = (  # name, log, arguments beyond the limit
     ("small", "small", (*FOUR, *QUIET)),
+    ("recommended, small", "small", ("--algorithm", "log")),
     ("big", "big", (*FOUR, *QUIET)),
     ("one algorithm", "big", ("--algorithm", "log", *QUIET)),
     ("one algorithm, in turn", "big", ("--algorithm", "log", "--read-ahead", "0", *QUIET)),
@@ -98,6 +101,9 @@ def run(lines: int = 50_000_000, identities: int = 100_000) -> dict[str, Any]:
     runs = results["runs"]
     results["rss_ratio_big_to_small"] = (
         runs["big"]["peak_rss_bytes"] / runs["small"]["peak_rss_bytes"]
+    )
+    results["rss_ratio_recommended"] = (
+        runs["recommended"]["peak_rss_bytes"] / runs["recommended, small"]["peak_rss_bytes"]
     )
     results["read_ahead_x"] = (
         runs["one algorithm"]["lines_per_s"] / runs["one algorithm, in turn"]["lines_per_s"]

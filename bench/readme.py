@@ -395,9 +395,11 @@ def _logplan(lp: dict[str, Any]) -> str:
     kept = runs.get("recommended")
     if kept is not None:
         text += (
-            f"; with the recommendation (every request kept): {_n(kept['lines_per_s'])} "
-            f"lines/s, peak RSS {mib(kept)}"
+            f"; with the recommendation (every request kept, on disk beyond a bound): "
+            f"{_n(kept['lines_per_s'])} lines/s, peak RSS {mib(kept)}"
         )
+        if "rss_ratio_recommended" in lp:
+            text += f" ({lp['rss_ratio_recommended']:.2f}x the small log's)"
     return text
 
 

@@ -139,6 +139,8 @@ def _logplan(lp: dict[str, Any]) -> list[str]:
             f"  {r.get('arguments', 'the four algorithms')}"
         )
     out.append(f"peak RSS, big log / small log: {lp['rss_ratio_big_to_small']:.2f}")
+    if "rss_ratio_recommended" in lp:
+        out.append(f"the same, with the recommendation: {lp['rss_ratio_recommended']:.2f}")
     return out
 
 

@@ -488,7 +488,8 @@ def parser() -> argparse.ArgumentParser:
         metavar="SHARE",
         help="recommend, per window and algorithm, the smallest limit that rejects at most "
         "this share of clients, e.g. 1%%, 0.5%%, 0.02, or none (default: 1%%); it keeps "
-        "every request in memory (20 bytes each) to replay limits on",
+        "every request (20 bytes each, in a temporary file beyond about 40 MiB) to replay "
+        "limits on",
     )
     plan.add_argument(
         "--no-spread",

@@ -119,9 +119,11 @@ Memory: besides the reader's chunk, one small record per identity (its code, cou
 last request) per candidate, plus each replayer's state and the admitted stamps of
 each identity's last window (and the `windowpeaks.WindowPeaks` reorder margin): it
 grows with the identities and with what one window holds, never with the log's length.
-The exception is the recommendation (on unless `affect=None`) and the spread replay
-(on unless `spread_coarse=False`): they keep every request's identity code, time and
-cost (20 bytes a request) to replay limits on.
+The recommendation (on unless `affect=None`) and the spread replay (on unless
+`spread_coarse=False`) keep every request's identity code, time and cost (20 bytes a
+request) to replay limits on: in memory up to `kept.MEMORY_ROWS` requests, then in a
+temporary file read back a block at a time (`kept.KeptTrace`), so memory stays
+bounded and the disk holds the rest until the plan ends.
 
 Routes, filters and cost functions (`plan --route`, `--where`, `--cost MODULE:FUNCTION`)
 are `routes` (`plan_routes`, `plan_where`): each route planned with its own limit and
@@ -130,9 +132,9 @@ key, on the requests the filters keep.
 Modules: `limits` (reading "100/min"), `servertime` (`choose_server_time`), `measures`
 (keys alive at once), `planning` (`plan_trace`, `plan_log`), `sources` (many logs
 as one: `plan_logs`), `distributed` (the same plan on Dask), `recommend` (the
-recommendation), `timeline` (when and who), `resolution` (timestamps), `results`
-(the dataclasses and `SCHEMA`), `report` (`LogPlan.table`), `plots` (the figures,
-matplotlib), `export` (CSV and image files).
+recommendation), `kept` (the requests kept to replay), `timeline` (when and who),
+`resolution` (timestamps), `results` (the dataclasses and `SCHEMA`), `report`
+(`LogPlan.table`), `plots` (the figures, matplotlib), `export` (CSV and image files).
 
 JSON document (`LogPlan.to_dict()`, `plan --json OUT`); the field names of each
 object are listed in `SCHEMA`, one place:

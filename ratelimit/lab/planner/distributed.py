@@ -31,7 +31,7 @@ refused and affected counts summed: a limiter decides each identity on its own, 
 this is the replay of the whole log. Spreading whole-second stamps (`resolution.spread`)
 numbers the requests sharing a stamp across every identity, so when a candidate's
 window is too coarse for the stamps, the requests are gathered at the client in the
-merged order (20 bytes a request, as the local engine keeps them) and the spread
+merged order (20 bytes a request, kept as the local engine keeps them) and the spread
 replays and the recommendation run there, by the local engine's code.
 
 Memory: the cluster holds the requests of the logs (about 70 bytes a request, plus
@@ -57,6 +57,7 @@ import pandas as pd
 from ratelimit import validation
 
 from .. import capacity
+from .kept import KeptTrace
 from .planning import (
     _CHECK_WINDOW_MS,
     _Candidate,
@@ -68,7 +69,7 @@ from .planning import (
     _peaks,
     _spread_coarse,
 )
-from .recommend import KeptTrace, Outcome, Recommendation, recommend, replay
+from .recommend import Outcome, Recommendation, recommend, replay
 from .resolution import RESOLUTIONS_MS, Resolution, is_coarse
 from .results import LogPlan, LogSummary
 from .servertime import DEFAULT_ALGORITHMS, choose_server_time
@@ -297,8 +298,7 @@ def _replay_rows(
     all lie in one partition, in their merged order, so these add up across partitions
     to the replay of the whole log."""
     rows = result["kept"]
-    trace = KeptTrace()
-    trace.add(rows[:, 0], rows[:, 1], rows[:, 2])
+    trace = KeptTrace.in_memory(rows[:, 0], rows[:, 1], rows[:, 2])
     found = replay(trace, algorithm, limit, window_ms, len(result["identities"]))
     return found.rejected, found.refused, found.identities_affected
 

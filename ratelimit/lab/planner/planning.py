@@ -18,10 +18,11 @@ from ratelimit import validation
 
 from .. import capacity
 from ..timebase import seconds_to_ms
+from .kept import KeptTrace
 from .limits import _candidate_limit
 from .measures import _grown, _LiveKeys
-from .recommend import KeptTrace, Recommendation, recommend, replay
-from .resolution import Resolution, Spread, is_coarse, spread
+from .recommend import Recommendation, recommend, replay
+from .resolution import Resolution, Spread, Stamps, is_coarse
 from .results import Affected, CandidatePlan, LogPlan, LogSummary, Offender, RedisPlan, Throttled
 from .servertime import (
     DEFAULT_ALGORITHMS,
@@ -123,7 +124,7 @@ def plan_trace(
     `problems`). `affect`: the share of clients the recommended limits may affect
     (None: no recommendation). `spread_coarse`: replay each candidate whose window the
     stamps are too coarse for with the stamps spread (`resolution.spread`). Either
-    keeps the requests in memory."""
+    keeps the requests (`kept.KeptTrace`: in a temporary file beyond a bound)."""
     from .. import fastreplay, windowpeaks
 
     candidates = _candidates(limits, algorithms)
@@ -226,6 +227,8 @@ def plan_trace(
             recommend(kept, name, window_ms, client_peaks[window_ms], affect)
             for name, window_ms in pairs
         )
+    if kept is not None:
+        kept.close()  # its temporary file goes now, not when it is collected
     return LogPlan(
         log, server_time, shard, table_name, planned, top, affect, recommended, client_peaks
     )
@@ -236,7 +239,7 @@ def _spread_coarse(
 ) -> tuple[CandidatePlan, ...]:
     """Each candidate whose window the stamps are too coarse for, with `stamps`: its
     rejected counts as planned and replayed with the stamps spread (when kept)."""
-    spread_times = None
+    counted = None  # the stamps' requests, counted once for every candidate
     out = []
     for c in planned:
         window_ms = round(c.window_s * 1000)
@@ -245,9 +248,9 @@ def _spread_coarse(
             continue
         again = None
         if kept is not None:
-            if spread_times is None:
-                spread_times = spread(kept.arrays()[1], resolution_ms)
-            again = replay(kept, c.algorithm, c.limit, window_ms, n, times=spread_times)
+            if counted is None:
+                counted = Stamps((times for _, times, _ in kept.blocks()), resolution_ms)
+            again = replay(kept, c.algorithm, c.limit, window_ms, n, counted)
         stamps = Spread(
             resolution_ms=resolution_ms,
             rejected=c.rejected,

@@ -1,6 +1,6 @@
 """Which limit to pick: the spread of per-client peaks in one window, and the smallest
 limit that affects at most a given share of clients (`Recommendation`), verified by
-replaying the kept requests (`KeptTrace`) with the compiled replayers."""
+replaying the kept requests (`kept.KeptTrace`) with the compiled replayers."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ import numpy as np
 
 from ratelimit import algorithms as registry
 from ratelimit import validation
+
+from .kept import KeptTrace
+from .resolution import Stamps
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 """The percentiles of per-client peaks a recommendation reports (and `max`)."""
@@ -49,28 +52,6 @@ def parse_affect(text: str) -> float:
     return value
 
 
-class KeptTrace:
-    """The requests of a plan, kept compactly (identity code, whole-ms time and cost,
-    20 bytes a request) in the order they were decided, to replay other limits on."""
-
-    def __init__(self) -> None:
-        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self._joined: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-
-    def add(self, codes: np.ndarray, times: np.ndarray, costs: np.ndarray) -> None:
-        self._parts.append((codes.astype(np.int32), times.astype(np.int64), costs.astype(np.int64)))
-        self._joined = None
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(codes, times_ms, costs), every request in decision order."""
-        if self._joined is None:
-            parts = self._parts or [(np.zeros(0, np.int32), np.zeros(0, np.int64),
-                                     np.zeros(0, np.int64))]  # fmt: skip
-            self._joined = tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[assignment]
-            self._parts = [self._joined]  # type: ignore[list-item]
-        return self._joined  # type: ignore[return-value]
-
-
 @dataclass(frozen=True)
 class Outcome:
     """One limit replayed on a kept trace."""
@@ -88,25 +69,27 @@ def replay(
     limit: int,
     window_ms: int,
     identities: int,
-    times: np.ndarray | None = None,
+    stamps: Stamps | None = None,
 ) -> Outcome:
     """Decide every kept request under `limit` per `window_ms` with `algorithm`'s
-    compiled replayer, in the kept order (at `times` instead of the kept times when
-    given)."""
+    compiled replayer, in the kept order, a block at a time (with the stamps spread
+    when `stamps`, counted on this trace's times, is given)."""
     from .. import fastreplay
 
-    codes, kept_times, costs = trace.arrays()
-    times = kept_times if times is None else times
     model = registry.get(algorithm).build("reference", window_ms=window_ms, limit=limit)
     replayer = fastreplay.Replayer.for_model(model)
-    fits = costs <= replayer.max_cost
-    refused_by = np.bincount(codes[~fits], minlength=identities)
+    refused_by = np.zeros(identities, dtype=np.int64)
     rejected_by = np.zeros(identities, dtype=np.int64)
-    c, t, k = codes[fits], times[fits], costs[fits]
-    for at in range(0, len(c), _REPLAY_ROWS):
-        part = slice(at, at + _REPLAY_ROWS)
-        allowed = replayer.decide(c[part], t[part], k[part])[0]
-        rejected_by += np.bincount(c[part][~allowed], minlength=identities)
+    place = None if stamps is None else stamps.spreading()
+    for codes, kept_times, costs in trace.blocks():
+        times = kept_times if place is None else place(kept_times)
+        fits = costs <= replayer.max_cost
+        refused_by += np.bincount(codes[~fits], minlength=identities)
+        c, t, k = codes[fits], times[fits], costs[fits]
+        for at in range(0, len(c), _REPLAY_ROWS):
+            part = slice(at, at + _REPLAY_ROWS)
+            allowed = replayer.decide(c[part], t[part], k[part])[0]
+            rejected_by += np.bincount(c[part][~allowed], minlength=identities)
     affected = int(np.count_nonzero((rejected_by > 0) | (refused_by > 0)))
     return Outcome(limit, int(rejected_by.sum()), int(refused_by.sum()), affected, rejected_by)
 
@@ -287,7 +270,7 @@ def recommend(
     limit, _ = smallest_limit(affected, max(allowed, unavoidable), from_peaks, high, largest)
     found = outcomes[limit]
     if requests is None:
-        requests = len(trace.arrays()[0])  # type: ignore[union-attr]
+        requests = len(trace)  # type: ignore[arg-type]
     return Recommendation(
         algorithm=registry.get(algorithm).name,
         window_ms=window_ms,

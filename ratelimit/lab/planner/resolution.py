@@ -4,6 +4,7 @@ logs stamp whole seconds, which at windows of a few seconds moves the result."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,18 +52,44 @@ def spread(times_ms: np.ndarray, resolution_ms: int) -> np.ndarray:
     stamp + floor((2j + 1) x resolution / 2n), the middles of n equal slices.
     Deterministic, and the order of the requests is kept."""
     times = np.asarray(times_ms, dtype=np.int64)
-    if len(times) == 0:
-        return times.copy()
-    order = np.argsort(times, kind="stable")
-    ordered = times[order]
-    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-    sizes = np.diff(np.append(starts, len(ordered)))
-    first = np.repeat(starts, sizes)
-    j = np.arange(len(ordered)) - first
-    n = np.repeat(sizes, sizes)
-    out = np.empty_like(times)
-    out[order] = ordered + ((2 * j + 1) * resolution_ms) // (2 * n)
-    return out
+    return Stamps([times], resolution_ms).spreading()(times)
+
+
+class Stamps:
+    """How many requests share each stamp, counted over `blocks` of times (read once),
+    so that `spread` can place each request of a stamp at its place among all of that
+    stamp's requests while the times come again a block at a time."""
+
+    def __init__(self, blocks: Iterable[np.ndarray], resolution_ms: int) -> None:
+        self.resolution_ms = resolution_ms
+        stamps, counts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        for block in blocks:
+            found, found_counts = np.unique(np.asarray(block, dtype=np.int64), return_counts=True)
+            stamps, where = np.unique(np.concatenate((stamps, found)), return_inverse=True)
+            counts = np.bincount(where, np.concatenate((counts, found_counts)), len(stamps))
+            counts = counts.astype(np.int64)
+        self._stamps, self._counts = stamps, counts
+
+    def spreading(self) -> Callable[[np.ndarray], np.ndarray]:
+        """A function that spreads (see `spread`) the blocks of times counted, given to
+        it again one block at a time, in the same order."""
+        before = np.zeros(len(self._stamps), dtype=np.int64)  # of each stamp, so far
+
+        def place(block: np.ndarray) -> np.ndarray:
+            times = np.asarray(block, dtype=np.int64)
+            if not len(times):
+                return times.copy()
+            at = np.searchsorted(self._stamps, times)
+            order = np.argsort(at, kind="stable")
+            ordered = at[order]
+            starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+            sizes = np.diff(np.append(starts, len(ordered)))
+            j = np.empty_like(times)
+            j[order] = np.arange(len(ordered)) - np.repeat(starts, sizes) + before[ordered]
+            before[ordered[starts]] += sizes
+            return times + ((2 * j + 1) * self.resolution_ms) // (2 * self._counts[at])
+
+        return place
 
 
 @dataclass(frozen=True)
