@@ -251,7 +251,7 @@ def _export(plan: Any, args: argparse.Namespace) -> None:
 
 def _planned(logs, limits, algos, options, *, example: bool, args) -> Any:
     from . import accesslog
-    from .planner import routes, sources
+    from .planner import kept, routes, sources
 
     try:
         paths = sources.expand_logs(logs)
@@ -279,6 +279,8 @@ def _planned(logs, limits, algos, options, *, example: bool, args) -> Any:
         )  # fmt: skip
     except accesslog.LogFormatError as exc:  # its summary of bad lines has several lines
         raise _Failed("; ".join(part.strip() for part in str(exc).splitlines())) from None
+    except kept.NoRoom as exc:
+        raise _Failed(str(exc.strerror)) from None
     except OSError as exc:
         raise _Failed(f"cannot read {where}: {exc.strerror or exc}") from None
 

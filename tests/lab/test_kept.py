@@ -161,3 +161,27 @@ def test_a_trace_in_memory_is_a_dataframe_plan_too():
     trace = pd.DataFrame({"time": [1.0, 1.5, 2.0], "identity": ["a", "a", "b"], "cost": [1, 1, 1]})
     plan = planner.plan_trace(trace, ["1/s"], ["log"], server_time=BENCH_CHOICE)
     assert plan.recommended[0].requests == 3
+
+
+def test_a_full_disk_is_one_line_naming_tmpdir(monkeypatch):
+    import contextlib
+    import errno
+    import io
+
+    from ratelimit.lab.__main__ import main
+
+    class Full(io.BytesIO):
+        def write(self, data) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(kept, "MEMORY_ROWS", 1_000)
+    monkeypatch.setattr(kept.tempfile, "TemporaryFile", lambda **_: Full())
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(["plan", "--no-measure", "--no-progress", "--algorithm", "log"])
+    assert code == 1
+    lines = err.getvalue().strip().splitlines()
+    assert "Traceback" not in err.getvalue()
+    assert lines[0].startswith("No LOG given")  # the example log's note, then the error
+    assert len(lines) == 2 and "No space left on device" in lines[1] and "TMPDIR" in lines[1]
+    assert "--affect none --no-spread" in lines[1]

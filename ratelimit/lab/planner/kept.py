@@ -17,6 +17,11 @@ _COLUMNS = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.int64))  # code,
 Block = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
+class NoRoom(OSError):
+    """The temporary file of kept requests could not be written (a full disk, a
+    temporary folder that is missing or read-only)."""
+
+
 class KeptTrace:
     """Every request of a plan as (identity code, whole-ms time, cost), in the order they
     were decided. At most `memory_rows` (default `MEMORY_ROWS`) requests wait in memory;
@@ -66,7 +71,6 @@ class KeptTrace:
     def blocks(self) -> Iterator[Block]:
         """(codes, times_ms, costs) blocks, every request once, in the kept order."""
         if self._file is not None:
-            self._file.flush()
             self._file.seek(0)
             for rows in self._written:  # a block's three columns follow one another
                 yield tuple(self._read(rows, d) for d in _COLUMNS)  # type: ignore[misc]
@@ -88,12 +92,21 @@ class KeptTrace:
         self.close()
 
     def _write(self) -> None:
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="ratelimit-plan-")
-        self._file.seek(0, 2)
-        for column in zip(*self._waiting, strict=True):
-            for part in column:
-                self._file.write(memoryview(part).cast("B"))
+        try:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="ratelimit-plan-")
+            self._file.seek(0, 2)
+            for column in zip(*self._waiting, strict=True):
+                for part in column:
+                    self._file.write(memoryview(part).cast("B"))
+            self._file.flush()
+        except OSError as exc:
+            raise NoRoom(
+                exc.errno,
+                f"cannot keep the plan's requests (20 bytes each) in a temporary file under "
+                f"{tempfile.gettempdir()}: {exc.strerror or exc}; set TMPDIR to a folder with "
+                "room, or plan with --affect none --no-spread, which keep nothing",
+            ) from exc
         self._written.append(self._waiting_rows)
         self._waiting, self._waiting_rows = [], 0
 
