@@ -392,6 +392,11 @@ def _logplan(lp: dict[str, Any]) -> str:
             f"{_n(turn['lines_per_s'])} in turn ({lp['read_ahead_x']:.2f}x), peak RSS "
             f"{mib(one)}"
         )
+        if "speedup_x" in lp:
+            text += (
+                f", {lp['speedup_x']:.2f}x the planner at {runs['before']['commit'][:7]} "
+                f"({_n(runs['before']['lines_per_s'])} lines/s in the same run)"
+            )
     kept = runs.get("recommended")
     if kept is not None:
         text += (

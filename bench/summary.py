@@ -141,6 +141,13 @@ def _logplan(lp: dict[str, Any]) -> list[str]:
     out.append(f"peak RSS, big log / small log: {lp['rss_ratio_big_to_small']:.2f}")
     if "rss_ratio_recommended" in lp:
         out.append(f"the same, with the recommendation: {lp['rss_ratio_recommended']:.2f}")
+    if "speedup_x" in lp:
+        out.append(
+            f"one algorithm, against the planner at {lp['runs']['before']['commit'][:7]}: "
+            f"{lp['speedup_x']:.2f}x"
+        )
+    elif "baseline_skipped" in lp:
+        out.append(f"no baseline: {lp['baseline_skipped']}")
     return out
 
 

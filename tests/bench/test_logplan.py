@@ -9,7 +9,7 @@ import pytest
 from bench import logplan, readme, targets
 
 
-@pytest.mark.timeout(600)  # six plans, each a process of its own; a cold venv compiles
+@pytest.mark.timeout(600)  # eight plans, each a process of its own; a cold venv compiles
 def test_every_plan_of_the_part_runs_and_is_judged():
     report = logplan.run(lines=4_000, identities=120)
     runs = report["runs"]
@@ -35,7 +35,19 @@ def test_every_plan_of_the_part_runs_and_is_judged():
         runs["recommended"]["peak_rss_bytes"] / runs["recommended, small"]["peak_rss_bytes"]
     )
     assert all(row["threshold"] == targets.LOGPLAN_RSS_RATIO for row in memory)
+    before = runs.get("before")
+    if before is None:  # a clone without the baseline's commit: skipped, saying why
+        assert logplan.BASELINE[:12] in report["baseline_skipped"]
+        assert any(r["verdict"] == "SKIP" for r in targets._logplan_targets(report))
+    else:
+        assert before["commit"] == logplan.BASELINE
+        assert before["rejected"] == runs["one algorithm"]["rejected"]  # the same answer
+        assert report["speedup_x"] == runs["one algorithm"]["lines_per_s"] / before["lines_per_s"]
+        row = next(row for name, row in rows.items() if "planner before" in name)
+        assert row["threshold"] == targets.LOGPLAN_SPEEDUP and row["value"] == report["speedup_x"]
     text = readme._logplan(report)
     assert "reading ahead" in text and "with the recommendation" in text
     assert f"{report['read_ahead_x']:.2f}x" in text
     assert f"{report['rss_ratio_recommended']:.2f}x the small log's" in text
+    if before is not None:
+        assert f"{report['speedup_x']:.2f}x the planner at {logplan.BASELINE[:7]}" in text
