@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -138,3 +139,16 @@ def test_the_plan_does_not_depend_on_how_the_log_is_read(tmp_path_factory, specs
             )
         plans.append(plan.to_dict())
     assert plans[0] == plans[1] == plans[2]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    ascending=st.lists(st.integers(-5, 40), max_size=50),
+    values=st.lists(st.integers(-8, 45), max_size=50),
+    mostly_up=st.booleans(),
+)
+def test_first_reaching_is_searchsorted_for_values_in_any_order(ascending, values, mostly_up):
+    a = np.sort(np.array(ascending, dtype=np.int64))
+    v = np.array(sorted(values) if mostly_up else values, dtype=np.int64)
+    got = blocks.first_reaching(a, v)
+    assert got.tolist() == np.searchsorted(a, v, side="left").tolist()

@@ -136,6 +136,11 @@ def test_no_recommendation_when_affect_is_none():
     plan = planner.plan_trace(crowd_trace(6), ["10/s"], server_time=BENCH_CHOICE, affect=None)
     assert plan.recommended == () and plan.to_dict()["recommended"] == []
     assert "Recommended" not in plan.table()
+    assert plan.client_peaks == {}  # nor the per-client demand it would start from
+    with_it = planner.plan_trace(crowd_trace(6), ["10/s"], server_time=BENCH_CHOICE)
+    assert list(with_it.client_peaks) == [1_000]
+    same = ("log", "server_time", "shard", "candidates")
+    assert {k: plan.to_dict()[k] for k in same} == {k: with_it.to_dict()[k] for k in same}
 
 
 @pytest.mark.parametrize("bad", [1.0, -0.1, 2])

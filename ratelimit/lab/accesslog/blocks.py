@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+from numba import njit
 
 from .. import simulation
 from .problems import _NO_NS, EXCERPT_CHARS, TOO_LONG, Problems, _excerpt
@@ -252,7 +253,7 @@ class _Reorder:
         times = rows.time_ns
         # The newest time that releases each row: its own plus the horizon, saturated.
         due = np.where(times > _INT64_MAX - self.horizon, _INT64_MAX, times + self.horizon)
-        step = np.searchsorted(newest, due, side="left")  # the row of this block releasing it
+        step = first_reaching(newest, due)  # the row of this block releasing it
         step[held:] = np.maximum(step[held:], np.arange(len(rows) - held))
         released = step < len(newest)
         self.buffer = rows.take(~released)
@@ -263,6 +264,47 @@ class _Reorder:
         out = self.buffer.take(np.argsort(self.buffer.time_ns, kind="stable"))
         self.buffer = _Rows.empty(self.width)
         return out
+
+
+def first_reaching(ascending: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For each value, the first index of `ascending` (non-decreasing) whose element is
+    >= it, or len(ascending): `np.searchsorted(ascending, values, side="left")`, but
+    walking forward from the last answer, as values that mostly ascend allow."""
+    out = np.empty(len(values), dtype=np.int64)
+    _first_reaching(np.ascontiguousarray(ascending, dtype=np.int64),
+                    np.ascontiguousarray(values, dtype=np.int64), out)  # fmt: skip
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _first_reaching(ascending, values, out):  # pragma: no cover (compiled)
+    m = ascending.shape[0]
+    j = 0  # the answer for the value before: ascending[:j] < it <= ascending[j:]
+    for i in range(values.shape[0]):
+        v = values[i]
+        if j < m and ascending[j] < v:
+            # Further on: gallop to a bound, then halve between.
+            lo, step = j + 1, 1
+            hi = lo
+            while hi < m and ascending[hi] < v:
+                lo = hi + 1
+                hi += step
+                step *= 2
+            hi = min(hi, m)
+        elif j > 0 and ascending[j - 1] >= v:
+            lo, hi = 0, j - 1  # back: somewhere before
+        else:
+            out[i] = j
+            continue
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ascending[mid] < v:
+                lo = mid + 1
+            else:
+                hi = mid
+        j = lo
+        out[i] = j
+    return out
 
 
 def _chunks(rows: _Rows, size: int, final: bool) -> tuple[list[_Rows], _Rows]:

@@ -513,8 +513,9 @@ def plan_on_dask(
             rows = client.gather([client.submit(_rows_of, r) for r in results])
             kept = _kept(rows, code_of)
         result = _spread_coarse(tuple(planned), kept, log.resolution_ms, n)
-        client_peaks = {
-            w: np.concatenate([d["demand"][w] for d in done])[order] for w in done[0]["demand"]
+        client_peaks = {  # as the local engine: none without a recommendation
+            w: np.concatenate([d["demand"][w] for d in done])[order]
+            for w in (done[0]["demand"] if affect is not None else ())
         }
         recommended: tuple[Recommendation, ...] = ()
         if affect is not None:

@@ -132,8 +132,10 @@ def plan_trace(
         raise ValueError(f"affect must be a share of clients from 0 to below 1, got {affect!r}")
     kept = KeptTrace() if affect is not None or spread_coarse else None
     resolution = Resolution()
-    # Per window, each identity's most requested cost in one rolling window (demand).
-    demand = {c.window_ms: windowpeaks.WindowPeaks(c.window_ms) for c in candidates}
+    # Per window, each identity's most requested cost in one rolling window (demand):
+    # what a recommendation starts from, so not followed without one.
+    windows = [c.window_ms for c in candidates] if affect is not None else []
+    demand = {window_ms: windowpeaks.WindowPeaks(window_ms) for window_ms in windows}
     top = validation.count("top", top, minimum=0)
     shard = dataclasses.replace(
         DEFAULT_SHARD,
