@@ -23,6 +23,7 @@ A log with no request to plan stops `load` with one line saying why.
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from collections.abc import Sequence
@@ -63,8 +64,31 @@ HEADLINE = (
     "{near_cache_share} of the log's checks without Redis."
 )
 
+README_BLOCKS = {
+    "real-log": """\
+A real log, planned as a user would plan it: {real_source}, {real_lines} lines in
+{real_format} format from {real_clients} client addresses, planned by `tools/real_log.py`,
+which keeps its plans in `notebooks/data/real_log/` for chapter 8 to show.
+
+- At {real_limit}, the sliding log rejects {real_log_rejected} requests
+  ({real_log_rejected_share}) from {real_log_clients} clients; the fixed window rejects
+  {real_fw_rejected}, the sliding-window counter {real_swc_rejected} and GCRA
+  {real_gcra_rejected}.
+- The smallest limit that affects at most {real_affect} of the clients:
+  {real_log_recommended} for the sliding log ({real_log_recommended_rejected} of the
+  requests rejected), {real_fw_recommended} for the fixed window,
+  {real_swc_recommended} for the counter and {real_gcra_recommended} for GCRA.
+- One limit per route, GET requests only: {real_routes_text}; {real_unplanned} requests
+  match no route.
+
+![The real log's plan: per-client peaks, rejections by hour, throttled stretches](\
+notebooks/figures/08_real_log.png)""",
+}
+
 __all__ = [
     "GROWTH",
+    "README_BLOCKS",
+    "REAL_LOG_DIR",
     "batching",
     "demand",
     "demand_figure",
@@ -74,6 +98,8 @@ __all__ = [
     "finer_sweep",
     "load",
     "near_cache",
+    "real_log",
+    "real_log_tables",
     "overview",
     "redis_table",
     "remove_example_logs",
@@ -458,6 +484,49 @@ def route_table(routed: Any) -> pd.DataFrame:
     shown = ["route", "pattern", "rate", "algorithm", "route_requests", "rejected",
              "rejected_share", "identities", "identities_rejected"]  # fmt: skip
     return frame[[c for c in shown if c in frame.columns]]
+
+
+REAL_LOG_DIR = Path("data") / "real_log"
+"""Where `tools/real_log.py` keeps its plans of a real log (from the notebooks' folder)."""
+
+
+def real_log(directory: str | Path = REAL_LOG_DIR) -> dict[str, Any]:
+    """The kept plans of a real log, as `tools/real_log.py` wrote them: `source` (where
+    the log came from, its hash and the commands), `plan` (`plan --json` at one limit,
+    with the recommendation) and `routes` (the per-route plan)."""
+    folder = Path(directory)
+    return {
+        name: json.loads((folder / f"{name}.json").read_text())
+        for name in ("source", "plan", "routes")
+    }
+
+
+def real_log_tables(kept: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    """`real_log`'s documents as the chapter's tables: `candidates` (each algorithm at
+    the limit), `recommended` (per algorithm, the peaks and the limit found) and
+    `routes` (per route and algorithm, and the requests no route matched)."""
+    plan, routed = kept["plan"], kept["routes"]
+    candidates = pd.DataFrame(
+        {"algorithm": c["label"], "limit": c["limit_text"], "rejected": c["rejected"],
+         "rejected share": c["rejected_share"], "clients rejected": c["identities_rejected"],
+         "peak admitted / limit": c["peak_admitted_ratio"]}
+        for c in plan["candidates"]
+    )  # fmt: skip
+    recommended = pd.DataFrame(
+        {"algorithm": r["label"], **{f"peak {k.replace('_', '.')}": v
+                                     for k, v in r["peaks"].items()},
+         "limit": r["limit_text"], "clients affected": r["identities_affected"],
+         "clients share": r["identities_affected_share"], "requests rejected": r["rejected_share"]}
+        for r in plan["recommended"]
+    )  # fmt: skip
+    rows = [
+        {"route": r["name"], "pattern": r["pattern"], "rate": r["rate"],
+         "requests": r["requests"], "algorithm": c["label"], "rejected": c["rejected"],
+         "rejected share": c["rejected_share"], "clients rejected": c["identities_rejected"]}
+        for r in routed["routes"] for c in r["candidates"]
+    ]  # fmt: skip
+    rows.append({"route": "(no route)", "requests": routed["unplanned"]["requests"]})
+    return {"candidates": candidates, "recommended": recommended, "routes": pd.DataFrame(rows)}
 
 
 def finer_sweep(
