@@ -37,8 +37,9 @@ CLIENTS = [
 ]
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("plan_page", TOOL)
+def load_tool(name: str):
+    """`tools/<name>.py` as a module (the tools folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -46,7 +47,7 @@ def _load_tool():
     return module
 
 
-plan_page = _load_tool()
+plan_page = load_tool("plan_page")
 
 
 def _combined_log(path: Path, seed: int = 11) -> list[tuple[int, str]]:

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import io
 import json
 import math
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,20 +17,12 @@ import pytest
 
 from ratelimit.lab.__main__ import main as lab_main
 from ratelimit.lab.chapters import your_traffic
+from tests.lab.test_make_plan import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("real_log", ROOT / "tools" / "real_log.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-real_log = _load_tool()
+real_log = load_tool("real_log")
 
 
 def combined_log(path: Path, seed: int = 3) -> None:
