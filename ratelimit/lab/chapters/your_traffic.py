@@ -439,17 +439,22 @@ def recommendation_table(plan: planner.LogPlan) -> pd.DataFrame:
     """One row per window and algorithm planned: the spread of per-client peaks (each
     client's most requested cost in one rolling window) and the smallest limit that
     affects at most the plan's share of clients, with what it rejects."""
+    return _recommended([r.to_dict() for r in plan.recommended])
+
+
+def _recommended(documents: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """`recommendation_table` from the JSON's `recommended` entries."""
     rows = [
         {
-            "window": f"{r.window_ms / 1000:g} s",
-            "algorithm": r.algorithm,
-            **{f"peak {k.replace('_', '.')}": v for k, v in r.percentiles.items()},
-            "limit": r.limit_text,
-            "clients affected": r.identities_affected,
-            "clients share": r.identities_affected / r.identities if r.identities else 0.0,
-            "requests rejected": r.rejected / r.requests if r.requests else 0.0,
+            "window": f"{r['window_s']:g} s",
+            "algorithm": r["algorithm"],
+            **{f"peak {k.replace('_', '.')}": v for k, v in r["peaks"].items()},
+            "limit": r["limit_text"],
+            "clients affected": r["identities_affected"],
+            "clients share": r["identities_affected_share"],
+            "requests rejected": r["rejected_share"],
         }
-        for r in plan.recommended
+        for r in documents
     ]
     return pd.DataFrame(rows)
 
@@ -503,7 +508,7 @@ def real_log(directory: str | Path = REAL_LOG_DIR) -> dict[str, Any]:
 
 def real_log_tables(kept: dict[str, Any]) -> dict[str, pd.DataFrame]:
     """`real_log`'s documents as the chapter's tables: `candidates` (each algorithm at
-    the limit), `recommended` (per algorithm, the peaks and the limit found) and
+    the limit), `recommended` (as `recommendation_table` shows a plan's) and
     `routes` (per route and algorithm, and the requests no route matched)."""
     plan, routed = kept["plan"], kept["routes"]
     candidates = pd.DataFrame(
@@ -512,13 +517,7 @@ def real_log_tables(kept: dict[str, Any]) -> dict[str, pd.DataFrame]:
          "peak admitted / limit": c["peak_admitted_ratio"]}
         for c in plan["candidates"]
     )  # fmt: skip
-    recommended = pd.DataFrame(
-        {"algorithm": r["label"], **{f"peak {k.replace('_', '.')}": v
-                                     for k, v in r["peaks"].items()},
-         "limit": r["limit_text"], "clients affected": r["identities_affected"],
-         "clients share": r["identities_affected_share"], "requests rejected": r["rejected_share"]}
-        for r in plan["recommended"]
-    )  # fmt: skip
+    recommended = _recommended(plan["recommended"])
     rows = [
         {"route": r["name"], "pattern": r["pattern"], "rate": r["rate"],
          "requests": r["requests"], "algorithm": c["label"], "rejected": c["rejected"],
