@@ -101,17 +101,18 @@ def test_a_replay_outlasting_the_window_after_a_live_check_decides_like_the_mode
     real_redis_url, prefix, name
 ):
     """A limiter that made a live check before the replay must still get the replay's TTL
-    slack: 10 requests at 0 ms, then thousands at 99 ms of a 100 ms window. The replay
-    takes longer than the window in real time, so without slack the first 10 would
-    expire while still in the virtual window and the rest would be admitted."""
+    slack: 10 requests at 0 ms, then thousands at 49 ms of a 50 ms window. The replay
+    takes longer than the window in real time (several times over on a fast host), so
+    without slack the first 10 would expire while still in the virtual window and the
+    rest would be admitted."""
     client = redis.Redis.from_url(real_redis_url)
-    limiter = getattr(ratelimit.sync, name)(client, limit=10, window_ms=100, prefix=prefix)
+    limiter = getattr(ratelimit.sync, name)(client, limit=10, window_ms=50, prefix=prefix)
     assert limiter.check("live-user").allowed
-    trace = table([0.0] * 10 + [0.099] * 4_000, ["attacker"] * 4_010)
+    trace = table([0.0] * 10 + [0.049] * 8_000, ["attacker"] * 8_010)
     started = time.monotonic()
     decided = replay(trace, limiter)
-    assert time.monotonic() - started > 0.1  # the replay did outlast the window
-    model = replay(trace, getattr(reference, name)(limit=10, window_ms=100))
+    assert time.monotonic() - started > 0.05  # the replay did outlast the window
+    model = replay(trace, getattr(reference, name)(limit=10, window_ms=50))
     assert model["allowed"].sum() == 10
     pd.testing.assert_frame_equal(model, decided)
     client.close()
