@@ -152,3 +152,29 @@ def test_first_reaching_is_searchsorted_for_values_in_any_order(ascending, value
     v = np.array(sorted(values) if mostly_up else values, dtype=np.int64)
     got = blocks.first_reaching(a, v)
     assert got.tolist() == np.searchsorted(a, v, side="left").tolist()
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(st.just(0), st.integers(0, 3_000), st.integers(-400_000, -1)),
+        min_size=1,
+        max_size=80,
+    ),
+    cuts=st.lists(st.integers(1, 80), max_size=6),
+    horizon_ms=st.sampled_from([0, 1, 1_000, 300_000]),
+)
+def test_the_reorder_buffer_releases_as_the_rule_says_block_by_block(steps, cuts, horizon_ms):
+    # Runs that never go back take the buffer's quick way (a prefix released); a step
+    # back takes the general one; the order must be the rule's either way.
+    times = np.cumsum(np.array(steps, dtype=np.int64))
+    order = blocks._Reorder(horizon_ms * 1_000_000)
+    out: list[int] = []
+    bounds = [0, *sorted({c for c in cuts if c < len(times)}), len(times)]
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        index = np.arange(lo, hi, dtype=np.int64)
+        rows = blocks._Rows(index, times[lo:hi] * 1_000_000, index, index, np.empty((hi - lo, 0)))
+        out += order.push(rows).line.tolist()
+        assert order.held == hi - len(out)
+    out += order.flush().line.tolist()
+    assert out == released(times.tolist(), horizon_ms)[0]

@@ -71,6 +71,11 @@ class _Block:
     ends: np.ndarray
     first: int
     unterminated: bool  # the last line had no newline (the end of the file)
+    span: tuple[int, int]  # data[span[0]:span[1]]: the lines and their newlines
+
+    def text(self) -> bytes:
+        """The block's lines, with their newlines."""
+        return self.data[self.span[0] : self.span[1]]
 
     def line(self, i: int) -> bytes:
         return self.data[self.starts[i] : self.ends[i]]
@@ -79,25 +84,54 @@ class _Block:
         return lambda k: _excerpt(self.line(int(index[k]))[: EXCERPT_CHARS * 4])
 
 
-def _lines_of(data: bytes, first: int, unterminated: bool) -> _Block:
-    buf = np.frombuffer(data, dtype=np.uint8)
+def _lines_of(
+    data: bytes, first: int, unterminated: bool, start: int = 0, stop: int | None = None
+) -> _Block:
+    """The lines of `data[start:stop]` (which ends after a newline unless `unterminated`),
+    the first of them line `first` of the file."""
+    stop = len(data) if stop is None else stop
+    buf = np.frombuffer(data, dtype=np.uint8)[start:stop]
     ends = np.flatnonzero(buf == 10)
     starts = np.empty(len(ends) + unterminated, dtype=np.int64)
     starts[0:1] = 0
     starts[1 : len(ends) + 1] = ends[: len(starts) - 1] + 1
     if unterminated:
-        ends = np.append(ends, len(data))
+        ends = np.append(ends, len(buf))
     ends = ends.astype(np.int64)
     # CRLF line ends: the CR is not part of the line.
     cr = ends > starts
     cr[cr] = buf[ends[cr] - 1] == 13
     ends -= cr
-    return _Block(data, starts, ends, first, unterminated)
+    return _Block(data, starts + start, ends + start, first, unterminated, (start, stop))
 
 
-def _pieces(stream: IO[bytes], problems: Problems, bar: Any, raw: IO[bytes]):
-    """The stream as `_Block`s of whole lines. A line longer than `MAX_LINE_BYTES` that
-    spans blocks is counted "too long" here and skipped unread."""
+@dataclass
+class _TooLong:
+    """A line longer than `MAX_LINE_BYTES` that spans blocks, skipped unread."""
+
+    line: int
+    head: str  # its first bytes, as text
+
+    def count(self, problems: Problems) -> None:
+        problems._bad(TOO_LONG, np.array([self.line]), lambda _, text=self.head: text)
+        problems.lines += 1
+
+
+@dataclass
+class _Stopped:
+    """Reading stopped early (a damaged gzip file), and why."""
+
+    why: str
+
+    def count(self, problems: Problems) -> None:
+        problems.stopped = self.why
+
+
+def _pieces(stream: IO[bytes], bar: Any, raw: IO[bytes]):
+    """The stream as `_Block`s of whole lines, with a `_TooLong` where a line longer
+    than `MAX_LINE_BYTES` spans blocks and a `_Stopped` where a gzip stream ends early:
+    what the reader counts, in the order the file holds them (the caller counts them,
+    so that the pieces can be made in a thread of their own)."""
     pending = b""
     line = 1
     skipping = False
@@ -109,30 +143,38 @@ def _pieces(stream: IO[bytes], problems: Problems, bar: Any, raw: IO[bytes]):
         position = here
         if not data:
             break
+        start = 0
         if skipping:
             cut = data.find(b"\n")
             if cut < 0:
                 continue
-            data, skipping = data[cut + 1 :], False
+            start, skipping = cut + 1, False
             line += 1
         if pending:
-            data = pending + data
-        cut = data.rfind(b"\n") + 1
-        pending = data[cut:]
-        if cut:
-            block = _lines_of(data[:cut], line, False)
-            line += len(block.starts)
-            yield block
+            # The line the read before cut is finished in a block of its own, so that
+            # the bytes just read are parsed where they are, not copied behind it.
+            cut = data.find(b"\n", start)
+            if cut >= 0:
+                yield _lines_of(pending + data[start : cut + 1], line, False)
+                line += 1
+                pending, start = b"", cut + 1
+        if pending:
+            pending += data[start:]
+        else:
+            cut = data.rfind(b"\n", start) + 1
+            if cut > start:
+                block = _lines_of(data, line, False, start, cut)
+                line += len(block.starts)
+                yield block
+            pending = data[max(cut, start) :]
         if len(pending) > MAX_LINE_BYTES:
-            head = _excerpt(pending[:480])
-            problems._bad(TOO_LONG, np.array([line]), lambda _, text=head: text)
-            problems.lines += 1
+            yield _TooLong(line, _excerpt(pending[:480]))
             pending, skipping = b"", True
     if pending:
         yield _lines_of(pending, line, True)
         line += 1
     if isinstance(stream, _Gunzip) and stream.error:
-        problems.stopped = (
+        yield _Stopped(
             f"{stream.error} at byte {stream.offset:,} of {stream.size:,} of the gzip file: "
             f"reading stopped after line {line - 1:,}; what follows was not read"
         )
@@ -207,6 +249,7 @@ def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
 
 
 _INT64_MAX = np.iinfo(np.int64).max
+_INT64_MIN = np.iinfo(np.int64).min
 
 
 class _Reorder:
@@ -221,11 +264,14 @@ class _Reorder:
         self.horizon = horizon_ns
         self.width = width
         self.newest: int | None = None
-        self.buffer = _Rows.empty(width)  # held rows, in file order
+        # Held rows, in file order, as the blocks they came in; `ascending` when their
+        # times never go back, the usual case, where releasing is taking a prefix.
+        self.parts: list[_Rows] = []
+        self.ascending = True
 
     @property
     def held(self) -> int:
-        return len(self.buffer)
+        return sum(len(part) for part in self.parts)
 
     def late(self, times: np.ndarray) -> np.ndarray:
         """Which of these rows (in file order, after those pushed) are more than the
@@ -244,26 +290,61 @@ class _Reorder:
         order they are released."""
         if not len(rows):
             return _Rows.empty(self.width)
-        newest = np.maximum.accumulate(rows.time_ns)
+        times = rows.time_ns
+        if (
+            self.ascending
+            and (self.newest is None or times[0] >= self.newest)
+            and _ascending(times)
+        ):
+            return self._push_ascending(rows)
+        newest = np.maximum.accumulate(times)
         if self.newest is not None:
             newest = np.maximum(newest, self.newest)
         self.newest = int(newest[-1])
-        held = len(self.buffer)
-        rows = _Rows.concat([self.buffer, rows])
+        buffer = _Rows.concat(self.parts) if self.parts else _Rows.empty(self.width)
+        held = len(buffer)
+        rows = _Rows.concat([buffer, rows])
         times = rows.time_ns
         # The newest time that releases each row: its own plus the horizon, saturated.
         due = np.where(times > _INT64_MAX - self.horizon, _INT64_MAX, times + self.horizon)
         step = first_reaching(newest, due)  # the row of this block releasing it
         step[held:] = np.maximum(step[held:], np.arange(len(rows) - held))
         released = step < len(newest)
-        self.buffer = rows.take(~released)
+        buffer = rows.take(~released)
+        self.parts = [buffer] if len(buffer) else []
+        self.ascending = _ascending(buffer.time_ns)
         out = rows.take(released)
         return out.take(np.lexsort((out.time_ns, step[released])))
 
+    def _push_ascending(self, rows: _Rows) -> _Rows:
+        """`push` when the held rows and these ones never go back in time: each row's
+        releasing line is the first whose time reaches its own plus the horizon, so the
+        rows released are those up to the newest time less the horizon, a prefix, and
+        they go out in file order (the order of their time and of their step)."""
+        self.newest = int(rows.time_ns[-1])
+        self.parts.append(rows)
+        threshold = max(self.newest - self.horizon, _INT64_MIN)  # exact, in Python ints
+        out: list[_Rows] = []
+        while self.parts:
+            part = self.parts[0]
+            cut = int(np.searchsorted(part.time_ns, threshold, side="right"))
+            if cut < len(part):
+                if cut:
+                    out.append(part.take(slice(0, cut)))
+                    self.parts[0] = part.take(slice(cut, None))
+                break
+            out.append(self.parts.pop(0))
+        return _Rows.concat(out) if out else _Rows.empty(self.width)
+
     def flush(self) -> _Rows:
-        out = self.buffer.take(np.argsort(self.buffer.time_ns, kind="stable"))
-        self.buffer = _Rows.empty(self.width)
+        buffer = _Rows.concat(self.parts) if self.parts else _Rows.empty(self.width)
+        out = buffer.take(np.argsort(buffer.time_ns, kind="stable"))
+        self.parts, self.ascending = [], True
         return out
+
+
+def _ascending(times: np.ndarray) -> bool:
+    return bool(len(times) < 2 or (times[1:] >= times[:-1]).all())
 
 
 def first_reaching(ascending: np.ndarray, values: np.ndarray) -> np.ndarray:

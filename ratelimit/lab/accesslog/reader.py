@@ -50,6 +50,8 @@ from .problems import (
 
 _CALLABLE_ERRORS = (ValueError, TypeError, KeyError, IndexError, ArithmeticError)
 _NS = 1_000_000_000
+BLOCKS_AHEAD = 2
+"""Blocks read and scanned ahead in a thread of their own, when reading ahead."""
 TRACE_COLUMNS = ("time", "identity", "cost", "replica")
 """The columns of every trace chunk; `fields=` adds one column per named field."""
 
@@ -68,7 +70,8 @@ class LogReader:
     each a column of text in every chunk ("" where a line lacks it): for clf and combined
     the format's field names (`CLF_FIELDS` and the extras), for jsonl and csv a (dotted)
     field name. `read_ahead`: how many chunks a thread of their own may parse ahead
-    while the caller works on the one before (0: parse each chunk when it is asked for);
+    while the caller works on the one before (0: parse each chunk when it is asked for),
+    with up to `BLOCKS_AHEAD` blocks of the file read and scanned ahead in another thread;
     the chunks are the same either way. `identity_dtype`: "str" (each row its text) or
     "category" (the names held once, each row a code: what a planner groups by fastest).
 
@@ -185,9 +188,9 @@ class LogReader:
 
     # -- parsing -----------------------------------------------------------------------
 
-    def _parse(self, block: _Block, identities: _Identities) -> _Rows:
+    def _parse(self, block: _Block, identities: _Identities, scanned: Any) -> _Rows:
         if self.format in ("clf", "combined"):
-            return self._parse_clf(block, identities)
+            return self._parse_clf(block, identities, scanned)
         return self._parse_records(block, identities)
 
     def _report(self, block: _Block, reasons: np.ndarray) -> None:
@@ -205,8 +208,11 @@ class LogReader:
             index = bad[reasons[bad] == code]
             problems._bad(reason, block.first + index, block.excerpts(index))
 
-    def _parse_clf(self, block: _Block, identities: _Identities) -> _Rows:
-        spans, times, verdicts = _scan(block)
+    def _parse_clf(
+        self, block: _Block, identities: _Identities, scanned: tuple[np.ndarray, ...]
+    ) -> _Rows:
+        """The rows of a block, from its `_scan`."""
+        spans, times, verdicts = scanned
         buf = np.frombuffer(block.data, dtype=np.uint8)
         reasons = verdicts.astype(np.int64)
         reasons[reasons == _PARTIAL] = _OK  # a request; counted apart once kept
@@ -221,7 +227,7 @@ class LogReader:
             fields = [_clf_fields(block.data, spans[i]) for i in good]
         # identity
         if field_ is not None:
-            lo, hi = spans[good, field_, 0], spans[good, field_, 1]
+            lo, hi = spans[:, field_, 0][good], spans[:, field_, 1][good]
             dash = (hi - lo == 1) & (buf[np.minimum(lo, len(buf) - 1)] == 45)
             absent = (hi <= lo) | dash
         else:
@@ -234,7 +240,7 @@ class LogReader:
         elif isinstance(self.cost, str) and self.cost in _CLF_SPAN:
             f = _CLF_SPAN[self.cost]
             costs = np.zeros(len(good), dtype=np.int64)
-            _span_ints(buf, spans[good, f, 0], spans[good, f, 1], costs)
+            _span_ints(buf, spans[:, f, 0][good], spans[:, f, 1][good], costs)
         else:
             costs = np.array(
                 [self._cost(fields_) for fields_ in fields or []], dtype=np.int64
@@ -277,7 +283,7 @@ class LogReader:
             return 0
 
     def _parse_records(self, block: _Block, identities: _Identities) -> _Rows:
-        text = block.data.decode("utf-8", "backslashreplace")
+        text = block.text().decode("utf-8", "backslashreplace")
         lines = text.split("\n")
         if not block.unterminated:
             lines.pop()  # after the last newline
@@ -354,31 +360,51 @@ class LogReader:
         stream, raw = _open(self.path)
         try:
             with _bar(self.path.stat().st_size, self.progress) as bar:
-                for block in _pieces(stream, problems, bar, raw):
-                    rows = self._parse(block, identities)
-                    problems.parsed += len(rows)
-                    late = order.late(rows.time_ns)
-                    if late.any():
-                        index = np.flatnonzero(late)
-                        problems.late += len(index)
-                        for k in index[: EXAMPLES_PER_REASON - len(problems.late_examples)]:
-                            at = int(rows.line[k]) - block.first
-                            problems.late_examples.append(
-                                (int(rows.line[k]), "late", _excerpt(block.line(at)))
-                            )
-                    ready = order.push(rows)
-                    self.peak_buffered = max(self.peak_buffered, order.held)
-                    if len(ready):
-                        ready = _Rows.concat([pending, ready]) if len(pending) else ready
-                        chunks, pending = _chunks(ready, self.chunk_lines, final=False)
-                        for chunk in chunks:
-                            yield self._frame(chunk, identities)
+                # Reading ahead, blocks are read, cut into lines and scanned in a thread
+                # of their own too (the scan is compiled and lets go of the GIL).
+                depth = BLOCKS_AHEAD if self.read_ahead else 0
+                pieces = ahead(self._scanned(_pieces(stream, bar, raw)), depth)
+                try:
+                    for block, scanned in pieces:
+                        if not isinstance(block, _Block):
+                            block.count(problems)
+                            continue
+                        rows = self._parse(block, identities, scanned)
+                        problems.parsed += len(rows)
+                        self._count_late(order, rows, block)
+                        ready = order.push(rows)
+                        self.peak_buffered = max(self.peak_buffered, order.held)
+                        if len(ready):
+                            ready = _Rows.concat([pending, ready]) if len(pending) else ready
+                            chunks, pending = _chunks(ready, self.chunk_lines, final=False)
+                            for chunk in chunks:
+                                yield self._frame(chunk, identities)
+                finally:
+                    pieces.close()  # the thread stops before the file closes
                 rest = _Rows.concat([pending, order.flush()])
                 for chunk in _chunks(rest, self.chunk_lines, final=True)[0]:
                     yield self._frame(chunk, identities)
         finally:
             stream.close()
             raw.close()
+
+    def _scanned(self, pieces: Iterator[Any]) -> Generator[tuple[Any, Any], None, None]:
+        """Each piece, and a clf or combined block's `_scan` (None for the others)."""
+        clf = self.format in ("clf", "combined")
+        for piece in pieces:
+            yield piece, (_scan(piece) if clf and isinstance(piece, _Block) else None)
+
+    def _count_late(self, order: _Reorder, rows: _Rows, block: _Block) -> None:
+        late = order.late(rows.time_ns)
+        if late.any():
+            problems = self.problems
+            index = np.flatnonzero(late)
+            problems.late += len(index)
+            for k in index[: EXAMPLES_PER_REASON - len(problems.late_examples)]:
+                at = int(rows.line[k]) - block.first
+                problems.late_examples.append(
+                    (int(rows.line[k]), "late", _excerpt(block.line(at)))
+                )
 
     def _frame(self, rows: _Rows, identities: _Identities) -> pd.DataFrame:
         n = len(rows)
