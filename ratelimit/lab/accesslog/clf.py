@@ -109,13 +109,19 @@ def _clf_ns(buf, p, q):
 
 
 @njit(cache=True, nogil=True)
-def _token(buf, p, e):
-    """End of the token at `p` (up to a space or the line end); -1 on a control byte."""
-    while p < e and buf[p] != 32:
+def _until(buf, p, e, stop):
+    """The first byte `stop` from `p` on (or the line end `e`); -1 on a control byte."""
+    while p < e and buf[p] != stop:
         if buf[p] < 32:
             return -1
         p += 1
     return p
+
+
+@njit(cache=True, nogil=True)
+def _token(buf, p, e):
+    """End of the token at `p` (up to a space or the line end); -1 on a control byte."""
+    return _until(buf, p, e, 32)
 
 
 @njit(cache=True, nogil=True)
@@ -165,11 +171,8 @@ def _bracketed(buf, p, e):
 @njit(cache=True, nogil=True)
 def _bracketed_stepwise(buf, p, e):
     """`_bracketed`, a byte at a time."""
-    while p < e and buf[p] != 93:
-        if buf[p] < 32:
-            return -1
-        p += 1
-    return p if p < e else -1
+    q = _until(buf, p, e, 93)
+    return q if q < e else -1
 
 
 @njit(cache=True, nogil=True)
