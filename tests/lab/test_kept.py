@@ -129,6 +129,30 @@ def test_a_replay_is_the_same_from_disk_as_from_memory(name):
         assert a.rejected > 0 and a.refused > 0  # the case is not empty
 
 
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_limits_replayed_together_are_each_replayed_alone(name):
+    """`replay_many` decides every limit on every block in threads of their own; each
+    limit's outcome must be the one it has replayed alone."""
+    rng = np.random.default_rng(5)
+    n = 6_000
+    columns = (rng.integers(0, 40, n), np.sort(rng.integers(0, 90_000, n)),
+               rng.choice([1, 1, 2, 7], n))  # fmt: skip
+    trace = kept.KeptTrace(memory_rows=500)
+    for at in range(0, n, 900):
+        trace.add(*(c[at : at + 900] for c in columns))
+    assert trace.on_disk > 0
+    limits = [3, 5, 6, 12, 40]
+    together = recommend.replay_many(trace, name, limits, 10_000, 40)
+    assert sorted(together) == limits
+    for limit in limits:
+        alone = recommend.replay(trace, name, limit, 10_000, 40)
+        got = together[limit]
+        assert (got.limit, got.rejected, got.refused, got.identities_affected) == (
+            alone.limit, alone.rejected, alone.refused, alone.identities_affected)  # fmt: skip
+        assert got.rejected_by_code.tolist() == alone.rejected_by_code.tolist()
+    assert together[3].rejected > together[40].rejected  # the limits differ in what they do
+
+
 def test_a_plan_kept_on_disk_equals_the_plan_kept_in_memory(monkeypatch):
     """Whole-second stamps (spread for the 2 s window) and a recommendation: both replay
     the kept requests, here written out every 97 of them."""

@@ -5,7 +5,9 @@ replaying the kept requests (`kept.KeptTrace`) with the compiled replayers."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,24 +76,67 @@ def replay(
     """Decide every kept request under `limit` per `window_ms` with `algorithm`'s
     compiled replayer, in the kept order, a block at a time (with the stamps spread
     when `stamps`, counted on this trace's times, is given)."""
+    return replay_many(trace, algorithm, [limit], window_ms, identities, stamps)[limit]
+
+
+def replay_many(
+    trace: KeptTrace,
+    algorithm: str,
+    limits: Iterable[int],
+    window_ms: int,
+    identities: int,
+    stamps: Stamps | None = None,
+) -> dict[int, Outcome]:
+    """`replay` at each of `limits`, in one pass over the kept requests: each block is
+    read once and decided under every limit, the limits in threads of their own (the
+    compiled replayers let go of the GIL) on up to as many cores as there are. Each
+    limit's requests are decided in the kept order, so the outcomes are `replay`'s."""
     from .. import fastreplay
 
-    model = registry.get(algorithm).build("reference", window_ms=window_ms, limit=limit)
-    replayer = fastreplay.Replayer.for_model(model)
-    refused_by = np.zeros(identities, dtype=np.int64)
-    rejected_by = np.zeros(identities, dtype=np.int64)
+    wanted = sorted(set(limits))
+    replays = {}
+    for limit in wanted:
+        model = registry.get(algorithm).build("reference", window_ms=window_ms, limit=limit)
+        replays[limit] = _Replay(fastreplay.Replayer.for_model(model), identities)
     place = None if stamps is None else stamps.spreading()
-    for codes, kept_times, costs in trace.blocks():
-        times = kept_times if place is None else place(kept_times)
-        fits = costs <= replayer.max_cost
-        refused_by += np.bincount(codes[~fits], minlength=identities)
+    workers = max(1, min(len(wanted), os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers, thread_name_prefix="ratelimit-replay") as pool:
+        for codes, kept_times, costs in trace.blocks():
+            times = kept_times if place is None else place(kept_times)
+            block = (codes, times, costs)
+            if workers <= 1:
+                for r in replays.values():
+                    r.decide(*block)
+                continue
+            # One block at a time for every limit: a limit's blocks stay in order.
+            for done in [pool.submit(r.decide, *block) for r in replays.values()]:
+                done.result()
+    return {limit: r.outcome(limit) for limit, r in replays.items()}
+
+
+class _Replay:
+    """One limit's replay on a kept trace: its replayer and counts per identity."""
+
+    def __init__(self, replayer: Any, identities: int) -> None:
+        self.replayer = replayer
+        self.identities = identities
+        self.refused_by = np.zeros(identities, dtype=np.int64)
+        self.rejected_by = np.zeros(identities, dtype=np.int64)
+
+    def decide(self, codes: np.ndarray, times: np.ndarray, costs: np.ndarray) -> None:
+        n = self.identities
+        fits = costs <= self.replayer.max_cost
+        self.refused_by += np.bincount(codes[~fits], minlength=n)
         c, t, k = codes[fits], times[fits], costs[fits]
         for at in range(0, len(c), _REPLAY_ROWS):
             part = slice(at, at + _REPLAY_ROWS)
-            allowed = replayer.decide(c[part], t[part], k[part])[0]
-            rejected_by += np.bincount(c[part][~allowed], minlength=identities)
-    affected = int(np.count_nonzero((rejected_by > 0) | (refused_by > 0)))
-    return Outcome(limit, int(rejected_by.sum()), int(refused_by.sum()), affected, rejected_by)
+            allowed = self.replayer.decide(c[part], t[part], k[part])[0]
+            self.rejected_by += np.bincount(c[part][~allowed], minlength=n)
+
+    def outcome(self, limit: int) -> Outcome:
+        rejected, refused = self.rejected_by, self.refused_by
+        affected = int(np.count_nonzero((rejected > 0) | (refused > 0)))
+        return Outcome(limit, int(rejected.sum()), int(refused.sum()), affected, rejected)
 
 
 @dataclass(frozen=True)
@@ -264,6 +309,14 @@ def recommend(
 
     largest = largest_limit(algorithm, window_ms)
     high = min(max(int(ordered[0]) if n else 1, 1), largest)
+    # The limits the search asks first (the busiest client's peak, the guess and the
+    # limit below it) are replayed up front, on a kept trace together on the cores
+    # there are; elsewhere too, so that every engine counts the same replays.
+    first = [x for x in (high, from_peaks, from_peaks - 1) if 1 <= x <= largest]
+    if replay_limit is None:
+        outcomes.update(replay_many(trace, algorithm, first, window_ms, n))  # type: ignore[arg-type]
+    else:
+        outcomes.update({limit: replay_limit(limit) for limit in first})
     unavoidable = 0
     if affected(high) > allowed:  # beyond every peak: only late requests still hurt
         unavoidable = affected(largest)
