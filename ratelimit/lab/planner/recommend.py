@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -103,14 +104,9 @@ def replay_many(
     with ThreadPoolExecutor(workers, thread_name_prefix="ratelimit-replay") as pool:
         for codes, kept_times, costs in trace.blocks():
             times = kept_times if place is None else place(kept_times)
-            block = (codes, times, costs)
-            if workers <= 1:
-                for r in replays.values():
-                    r.decide(*block)
-                continue
             # One block at a time for every limit: a limit's blocks stay in order.
-            for done in [pool.submit(r.decide, *block) for r in replays.values()]:
-                done.result()
+            every = replays.values()
+            list(pool.map(_Replay.decide, every, repeat(codes), repeat(times), repeat(costs)))
     return {limit: r.outcome(limit) for limit, r in replays.items()}
 
 
@@ -119,12 +115,11 @@ class _Replay:
 
     def __init__(self, replayer: Any, identities: int) -> None:
         self.replayer = replayer
-        self.identities = identities
         self.refused_by = np.zeros(identities, dtype=np.int64)
         self.rejected_by = np.zeros(identities, dtype=np.int64)
 
     def decide(self, codes: np.ndarray, times: np.ndarray, costs: np.ndarray) -> None:
-        n = self.identities
+        n = len(self.refused_by)
         fits = costs <= self.replayer.max_cost
         self.refused_by += np.bincount(codes[~fits], minlength=n)
         c, t, k = codes[fits], times[fits], costs[fits]
